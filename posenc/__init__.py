@@ -1,0 +1,21 @@
+"""posenc: positional encodings for transformers, as taught in the book *Positional Encoding, Measured*.
+
+One call per method; shapes are in each docstring. See the book for the derivations.
+"""
+
+from .absolute import LearnedEncoding, SinusoidalEncoding, sinusoidal_encoding
+from .alibi import alibi_attention, alibi_bias, alibi_slopes, causal_mask
+from .attention import POSITION_METHODS, KVCache, LayerCache, MultiHeadAttention
+from .model import TransformerLM
+from .relative import T5RelativeBias, t5_relative_bucket
+from .rope import ROPE_TYPES, RotaryEmbedding, apply_rope, rope_cos_sin, rope_frequencies
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "sinusoidal_encoding", "SinusoidalEncoding", "LearnedEncoding",
+    "rope_frequencies", "rope_cos_sin", "apply_rope", "RotaryEmbedding", "ROPE_TYPES",
+    "alibi_slopes", "alibi_bias", "alibi_attention", "causal_mask",
+    "t5_relative_bucket", "T5RelativeBias",
+    "MultiHeadAttention", "KVCache", "LayerCache", "POSITION_METHODS", "TransformerLM",
+]

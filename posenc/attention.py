@@ -1,0 +1,147 @@
+"""One multi-head self-attention that takes any position method, and the KV cache it decodes with.
+
+``position`` picks how order enters:
+
+- ``"none"``, ``"sinusoidal"``, ``"learned"``: nothing happens inside attention (the absolute encodings
+  are added to the token embeddings by the model, before the first layer);
+- ``"rope"``: queries and keys are rotated (``posenc.rope``);
+- ``"t5"``: a learned bucketed bias is added to the scores (``posenc.relative``);
+- ``"alibi"``: a linear distance penalty is added to the scores (``posenc.alibi``).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ._validate import check_choice, check_int, check_tensor
+from . import alibi
+from .relative import T5RelativeBias
+from .rope import RotaryEmbedding
+
+POSITION_METHODS = ("none", "sinusoidal", "learned", "t5", "rope", "alibi")
+
+
+class LayerCache:
+    """Keys and values of one attention layer seen so far, each ``[batch, heads, length, head_dim]``."""
+
+    def __init__(self):
+        self.k: torch.Tensor | None = None
+        self.v: torch.Tensor | None = None
+
+    @property
+    def length(self) -> int:
+        return 0 if self.k is None else self.k.shape[2]
+
+    def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Add new keys/values along the sequence axis; return all of them."""
+        if self.k is None:
+            self.k, self.v = k, v
+        else:
+            self.k, self.v = torch.cat((self.k, k), dim=2), torch.cat((self.v, v), dim=2)
+        return self.k, self.v
+
+
+class KVCache:
+    """A ``LayerCache`` per layer; ``length`` is the number of positions already processed."""
+
+    def __init__(self, n_layers: int):
+        self.layers = [LayerCache() for _ in range(check_int("n_layers", n_layers))]
+
+    @property
+    def length(self) -> int:
+        return self.layers[0].length
+
+    def __getitem__(self, layer: int) -> LayerCache:
+        return self.layers[layer]
+
+
+class MultiHeadAttention(nn.Module):
+    """Multi-head self-attention with a pluggable position method.
+
+    Args:
+        dim: model width, divisible by ``n_heads``.
+        n_heads: number of heads.
+        position: one of ``POSITION_METHODS``.
+        causal: mask keys after each query (decoder) or not (encoder).
+        rope_base, rope_scaling, rope_interleaved: passed to ``RotaryEmbedding`` when position="rope".
+        t5_num_buckets, t5_max_distance: ``T5RelativeBias`` settings when position="t5".
+        t5_bias: an existing ``T5RelativeBias`` to share (T5 shares one across layers).
+        alibi_slopes: optional ``[n_heads]`` slopes when position="alibi".
+
+    ``forward(x[batch, seq, dim], *, cache=None, need_weights=False) -> [batch, seq, dim]`` (and the
+    ``[batch, heads, seq, k_len]`` attention weights when ``need_weights``). With a ``LayerCache`` the
+    new tokens are the positions after those already cached, and their keys and values are appended.
+    """
+
+    def __init__(self, dim: int, n_heads: int, *, position: str = "none", causal: bool = True,
+                 rope_base: float = 10000.0, rope_scaling: dict | None = None, rope_interleaved: bool = False,
+                 t5_num_buckets: int = 32, t5_max_distance: int = 128, t5_bias: T5RelativeBias | None = None,
+                 alibi_slopes: torch.Tensor | None = None):
+        super().__init__()
+        dim, n_heads = check_int("dim", dim), check_int("n_heads", n_heads)
+        if dim % n_heads:
+            raise ValueError(f"dim must be divisible by n_heads, got dim={dim}, n_heads={n_heads}")
+        self.position = check_choice("position", position, POSITION_METHODS)
+        self.dim, self.n_heads, self.head_dim, self.causal = dim, n_heads, dim // n_heads, bool(causal)
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.out = nn.Linear(dim, dim)
+        if position == "rope":
+            self.rotary = RotaryEmbedding(self.head_dim, base=rope_base, scaling=rope_scaling,
+                                          interleaved=rope_interleaved)
+        elif position == "t5":
+            self.t5_bias = t5_bias if t5_bias is not None else T5RelativeBias(
+                n_heads, bidirectional=not causal, num_buckets=t5_num_buckets, max_distance=t5_max_distance)
+        elif position == "alibi":
+            slopes = alibi_slopes if alibi_slopes is not None else alibi.alibi_slopes(n_heads)
+            if tuple(slopes.shape) != (n_heads,):
+                raise ValueError(f"alibi_slopes must have shape [{n_heads}], got {tuple(slopes.shape)}")
+            self.register_buffer("slopes", slopes.float(), persistent=False)
+
+    def score_bias(self, q_len: int, k_len: int) -> torch.Tensor | None:
+        """The additive score bias of this position method, ``[heads, q_len, k_len]``, or None."""
+        if self.position == "t5":
+            return self.t5_bias(q_len, k_len)
+        if self.position == "alibi":
+            return alibi.alibi_bias(self.n_heads, q_len, k_len, slopes=self.slopes)
+        return None
+
+    def forward(self, x: torch.Tensor, *, cache: LayerCache | None = None, need_weights: bool = False):
+        check_tensor("x", x, min_dim=3)
+        if x.dim() != 3 or x.shape[-1] != self.dim:
+            raise ValueError(f"x must be [batch, seq, {self.dim}], got {tuple(x.shape)}")
+        if cache is not None and not self.causal:
+            raise ValueError("a KV cache needs causal=True: earlier outputs cannot change as tokens arrive")
+        batch, seq, _ = x.shape
+        q, k, v = self.qkv(x).view(batch, seq, 3, self.n_heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        offset = 0 if cache is None else cache.length
+        if self.position == "rope":
+            q, k = self.rotary(q, k, offset=offset)
+        if cache is not None:
+            k, v = cache.append(k, v)
+        k_len = k.shape[2]
+
+        if self.position == "alibi" and self.causal and not need_weights:
+            y = alibi.alibi_attention(q, k, v, slopes=self.slopes, causal=True)
+            weights = None
+        else:
+            bias = self.score_bias(seq, k_len)
+            if self.causal:
+                hidden = ~alibi.causal_mask(seq, k_len, device=x.device)
+                bias = torch.zeros(seq, k_len, device=x.device) if bias is None else bias
+                bias = bias.masked_fill(hidden, float("-inf"))
+            if need_weights:
+                scores = q @ k.transpose(-2, -1) / math.sqrt(self.head_dim)
+                weights = (scores if bias is None else scores + bias.to(scores.dtype)).softmax(dim=-1)
+                y = weights @ v
+            else:
+                weights = None
+                y = F.scaled_dot_product_attention(q, k, v, attn_mask=None if bias is None else bias.to(q.dtype))
+        y = self.out(y.transpose(1, 2).reshape(batch, seq, self.dim))
+        return (y, weights) if need_weights else y
+
+    def extra_repr(self) -> str:
+        return f"dim={self.dim}, n_heads={self.n_heads}, position={self.position!r}, causal={self.causal}"

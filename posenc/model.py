@@ -1,0 +1,153 @@
+"""A small decoder-only language model (pre-LayerNorm GPT) whose position method is one argument.
+
+``TransformerLM(vocab_size, dim, n_layers, n_heads, position=...)`` with ``position`` in
+``"none" | "sinusoidal" | "learned" | "t5" | "rope" | "alibi"``. Everything else is held fixed, so
+experiments that swap the position method compare like with like.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ._validate import check_int, check_positive_float, check_tensor
+from .absolute import LearnedEncoding, SinusoidalEncoding
+from .attention import POSITION_METHODS, KVCache, MultiHeadAttention
+from .relative import T5RelativeBias
+
+
+class Block(nn.Module):
+    """Pre-LN transformer block: ``x + attn(ln(x))`` then ``x + mlp(ln(x))``."""
+
+    def __init__(self, dim: int, n_heads: int, mlp_ratio: int, **attention_options):
+        super().__init__()
+        self.ln_attn, self.ln_mlp = nn.LayerNorm(dim), nn.LayerNorm(dim)
+        self.attn = MultiHeadAttention(dim, n_heads, causal=True, **attention_options)
+        self.mlp = nn.Sequential(nn.Linear(dim, mlp_ratio * dim), nn.GELU(), nn.Linear(mlp_ratio * dim, dim))
+
+    def forward(self, x: torch.Tensor, cache=None) -> torch.Tensor:
+        x = x + self.attn(self.ln_attn(x), cache=cache)
+        return x + self.mlp(self.ln_mlp(x))
+
+
+class TransformerLM(nn.Module):
+    """Decoder-only causal language model.
+
+    Args:
+        vocab_size, dim, n_layers, n_heads: the usual sizes (dim divisible by n_heads).
+        position: one of ``"none"``, ``"sinusoidal"``, ``"learned"``, ``"t5"``, ``"rope"``, ``"alibi"``.
+        max_len: size of the learned position table; required for ``"learned"``, ignored by the others
+            (which have no length limit).
+        mlp_ratio: hidden width of the MLP as a multiple of dim.
+        rope_base, rope_scaling, rope_interleaved: RoPE options (see ``posenc.rope``).
+        t5_num_buckets, t5_max_distance: T5 bias options; one bias table is shared by all layers, as in T5.
+        sinusoidal_base: base of the sinusoidal table.
+
+    ``model(tokens[batch, seq]) -> logits[batch, seq, vocab_size]``. For incremental decoding,
+    ``cache = model.new_cache()`` and then ``model(new_tokens, cache=cache)`` returns the logits of the
+    new tokens only, treating them as the positions after everything already in the cache.
+    """
+
+    def __init__(self, vocab_size: int, dim: int, n_layers: int, n_heads: int, *, position: str,
+                 max_len: int | None = None, mlp_ratio: int = 4, rope_base: float = 10000.0,
+                 rope_scaling: dict | None = None, rope_interleaved: bool = False, t5_num_buckets: int = 32,
+                 t5_max_distance: int = 128, sinusoidal_base: float = 10000.0):
+        super().__init__()
+        self.vocab_size = check_int("vocab_size", vocab_size)
+        self.n_layers = check_int("n_layers", n_layers)
+        check_int("mlp_ratio", mlp_ratio)
+        if position not in POSITION_METHODS:
+            raise ValueError(f"position must be one of {list(POSITION_METHODS)}, got {position!r}")
+        self.position, self.max_len = position, max_len
+        self.token_embedding = nn.Embedding(vocab_size, check_int("dim", dim))
+        self.absolute = None
+        if position == "sinusoidal":
+            self.absolute = SinusoidalEncoding(dim, base=sinusoidal_base)
+        elif position == "learned":
+            if max_len is None:
+                raise ValueError("max_len is required for position='learned' (the size of its table)")
+            self.absolute = LearnedEncoding(max_len, dim)
+        attention_options = dict(position=position, rope_base=rope_base, rope_scaling=rope_scaling,
+                                 rope_interleaved=rope_interleaved)
+        if position == "t5":
+            attention_options["t5_bias"] = T5RelativeBias(n_heads, bidirectional=False, num_buckets=t5_num_buckets,
+                                                          max_distance=t5_max_distance)
+        self.blocks = nn.ModuleList(Block(dim, n_heads, mlp_ratio, **attention_options) for _ in range(n_layers))
+        self.ln_final = nn.LayerNorm(dim)
+        self.head = nn.Linear(dim, vocab_size, bias=False)
+        self.head.weight = self.token_embedding.weight  # tied input and output embeddings
+        self.apply(self._init_weights)
+
+    @staticmethod
+    def _init_weights(module: nn.Module) -> None:
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(module.weight, std=0.02)
+            if getattr(module, "bias", None) is not None:
+                nn.init.zeros_(module.bias)
+
+    def new_cache(self) -> KVCache:
+        """An empty KV cache for incremental decoding."""
+        return KVCache(self.n_layers)
+
+    def forward(self, tokens: torch.Tensor, *, cache: KVCache | None = None) -> torch.Tensor:
+        check_tensor("tokens", tokens, min_dim=2)
+        if tokens.dim() != 2 or tokens.is_floating_point():
+            raise ValueError(f"tokens must be an integer tensor [batch, seq], got {tokens.dtype} {tuple(tokens.shape)}")
+        if tokens.numel() and (tokens.min() < 0 or tokens.max() >= self.vocab_size):
+            raise ValueError(f"token ids must be in [0, {self.vocab_size}), got min {int(tokens.min())}, "
+                             f"max {int(tokens.max())}")
+        offset = 0 if cache is None else cache.length
+        x = self.token_embedding(tokens)
+        if self.absolute is not None:
+            x = self.absolute(x, offset=offset)
+        for i, block in enumerate(self.blocks):
+            x = block(x, None if cache is None else cache[i])
+        return self.head(self.ln_final(x))
+
+    @torch.no_grad()
+    def generate(self, prompt: torch.Tensor, max_new_tokens: int, *, temperature: float = 1.0,
+                 top_k: int | None = None, generator: torch.Generator | None = None) -> torch.Tensor:
+        """Sample ``max_new_tokens`` continuations of ``prompt`` using the KV cache.
+
+        Args:
+            prompt: ``[batch, seq]`` (or ``[seq]``) token ids, seq >= 1.
+            max_new_tokens: how many tokens to add, >= 0.
+            temperature: softmax temperature; 0 means greedy (argmax).
+            top_k: sample only among the k most likely tokens (None for all).
+            generator: a ``torch.Generator`` for reproducible sampling.
+
+        Returns:
+            ``[batch, seq + max_new_tokens]`` (``[seq + max_new_tokens]`` for a 1-D prompt).
+        """
+        squeeze = prompt.dim() == 1
+        tokens = prompt[None] if squeeze else prompt
+        check_int("max_new_tokens", max_new_tokens, minimum=0)
+        if temperature != 0:
+            check_positive_float("temperature", temperature)
+        if top_k is not None:
+            check_int("top_k", top_k)
+        if tokens.dim() != 2 or tokens.shape[1] == 0:
+            raise ValueError(f"prompt must be [batch, seq] or [seq] with seq >= 1, got {tuple(prompt.shape)}")
+        if self.position == "learned" and tokens.shape[1] + max_new_tokens > self.max_len:
+            raise ValueError(f"prompt length + max_new_tokens = {tokens.shape[1] + max_new_tokens} exceeds "
+                             f"the learned table's max_len={self.max_len}")
+        cache = self.new_cache()
+        logits = self(tokens, cache=cache)[:, -1]
+        out = [tokens]
+        for _ in range(max_new_tokens):
+            if temperature == 0:
+                next_token = logits.argmax(dim=-1, keepdim=True)
+            else:
+                logits = logits / temperature
+                if top_k is not None:
+                    kth = logits.topk(min(top_k, logits.shape[-1]), dim=-1).values[:, -1:]
+                    logits = logits.masked_fill(logits < kth, float("-inf"))
+                next_token = torch.multinomial(F.softmax(logits, dim=-1), 1, generator=generator)
+            out.append(next_token)
+            logits = self(next_token, cache=cache)[:, -1]
+        result = torch.cat(out, dim=1)
+        return result[0] if squeeze else result
+
+    def extra_repr(self) -> str:
+        return f"position={self.position!r}"

@@ -1,0 +1,304 @@
+"""Rotary position embeddings (RoPE, Su et al. 2021) and their context-extension schemes.
+
+RoPE rotates each pair of query/key features by an angle ``position * inv_freq[i]``. Because rotations
+compose, the dot product of a query rotated to position m and a key rotated to position n depends only on
+m - n. Three pieces, used in this order:
+
+1. ``rope_frequencies`` -> the per-pair inverse frequencies (optionally rescaled for longer contexts) and
+   the attention scale that YaRN multiplies into cos and sin;
+2. ``rope_cos_sin`` -> cos and sin tables for some positions;
+3. ``apply_rope`` -> the rotated tensor.
+
+``RotaryEmbedding`` wraps the three for queries and keys shaped ``[batch, heads, seq, head_dim]``.
+
+The scaling dicts follow Hugging Face's ``rope_scaling`` / ``rope_parameters`` format, and the numbers
+equal ``transformers.modeling_rope_utils.ROPE_INIT_FUNCTIONS`` for the same settings (the tests check).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from ._validate import (check_choice, check_even, check_int, check_integer_positions, check_positive_float,
+                        check_tensor)
+
+# rope_type -> (required keys, optional keys). "rope_theta" may also appear (the HF format puts the
+# base there); it must then agree with the ``base`` argument.
+ROPE_TYPES = {
+    "default": ((), ()),
+    "linear": (("factor",), ()),
+    "ntk": (("factor",), ()),
+    "dynamic": (("factor", "original_max_position_embeddings"), ()),
+    "yarn": (("factor", "original_max_position_embeddings"),
+             ("beta_fast", "beta_slow", "attention_factor", "mscale", "mscale_all_dim", "truncate")),
+    "llama3": (("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"), ()),
+}
+
+
+def default_inv_freq(head_dim: int, base: float = 10000.0) -> torch.Tensor:
+    """``inv_freq[i] = base ** (-2i / head_dim)`` for i < head_dim/2, shape ``[head_dim//2]`` float32.
+
+    Computed in float32 exactly as Hugging Face and Meta's Llama do, so tables match theirs bit for bit.
+    """
+    exponents = torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim
+    return 1.0 / (base ** exponents)
+
+
+def _parse_scaling(scaling, base: float) -> tuple[str, dict]:
+    """Validate a scaling dict; return its rope_type and its other keys."""
+    if scaling is None:
+        return "default", {}
+    if not isinstance(scaling, dict):
+        raise TypeError(f"scaling must be a dict like {{'rope_type': 'linear', 'factor': 2.0}} or None, "
+                        f"got {type(scaling).__name__}")
+    params = dict(scaling)
+    rope_type = params.pop("rope_type", params.pop("type", None))  # "type" is HF's legacy key
+    if rope_type is None:
+        raise ValueError("scaling must contain 'rope_type', one of " + str(sorted(ROPE_TYPES)))
+    check_choice("scaling['rope_type']", rope_type, ROPE_TYPES)
+    theta = params.pop("rope_theta", None)
+    if theta is not None and float(theta) != base:
+        raise ValueError(f"scaling['rope_theta']={theta} disagrees with base={base}; pass one of them")
+    required, optional = ROPE_TYPES[rope_type]
+    missing = [key for key in required if key not in params]
+    if missing:
+        raise ValueError(f"scaling with rope_type={rope_type!r} is missing {missing}; it needs {list(required)}")
+    unknown = sorted(set(params) - set(required) - set(optional))
+    if unknown:
+        raise ValueError(f"scaling with rope_type={rope_type!r} got unknown keys {unknown}; "
+                         f"allowed: {list(required) + list(optional)}")
+    if "factor" in params:
+        factor = check_positive_float("scaling['factor']", params["factor"])
+        if factor < 1:
+            raise ValueError(f"scaling['factor'] must be >= 1 (it extends the context), got {factor}")
+    if "original_max_position_embeddings" in params:
+        check_int("scaling['original_max_position_embeddings']", params["original_max_position_embeddings"])
+    return rope_type, params
+
+
+def _yarn(inv_freq: torch.Tensor, head_dim: int, base: float, params: dict) -> tuple[torch.Tensor, float]:
+    """YaRN (Peng et al. 2023): interpolate low frequencies, keep high ones, ramp in between."""
+    factor = float(params["factor"])
+    original_len = params["original_max_position_embeddings"]
+    beta_fast = params.get("beta_fast") or 32
+    beta_slow = params.get("beta_slow") or 1
+
+    def mscale(scale: float, coefficient: float = 1.0) -> float:
+        return 1.0 if scale <= 1 else 0.1 * coefficient * math.log(scale) + 1.0
+
+    attention_factor = params.get("attention_factor")
+    if attention_factor is None:
+        if params.get("mscale") and params.get("mscale_all_dim"):
+            attention_factor = mscale(factor, params["mscale"]) / mscale(factor, params["mscale_all_dim"])
+        else:
+            attention_factor = mscale(factor)
+
+    def pair_index_with(rotations: float) -> float:
+        # The (fractional) pair index whose wavelength fits `rotations` times into the original context.
+        return head_dim * math.log(original_len / (rotations * 2 * math.pi)) / (2 * math.log(base))
+
+    low, high = pair_index_with(beta_fast), pair_index_with(beta_slow)
+    if params.get("truncate", True):
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, head_dim - 1)
+    if low == high:
+        high += 0.001  # avoid dividing by zero in the ramp
+    ramp = ((torch.arange(head_dim // 2, dtype=torch.float32) - low) / (high - low)).clamp(0, 1)
+    keep = 1 - ramp  # 1 for high-frequency pairs (kept as trained), 0 for low ones (interpolated)
+    inv_freq = (inv_freq / factor) * (1 - keep) + inv_freq * keep
+    return inv_freq, float(attention_factor)
+
+
+def _llama3(inv_freq: torch.Tensor, params: dict) -> torch.Tensor:
+    """Llama 3.1: divide long wavelengths by factor, keep short ones, blend smoothly in between."""
+    factor = float(params["factor"])
+    low_freq_factor, high_freq_factor = float(params["low_freq_factor"]), float(params["high_freq_factor"])
+    if not high_freq_factor > low_freq_factor:
+        raise ValueError(f"scaling['high_freq_factor'] must exceed scaling['low_freq_factor'], "
+                         f"got {high_freq_factor} <= {low_freq_factor}")
+    original_len = params["original_max_position_embeddings"]
+    low_freq_wavelen = original_len / low_freq_factor
+    high_freq_wavelen = original_len / high_freq_factor
+    wavelen = 2 * math.pi / inv_freq
+    scaled = torch.where(wavelen > low_freq_wavelen, inv_freq / factor, inv_freq)
+    smooth = (original_len / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor)
+    blended = (1 - smooth) * scaled / factor + smooth * scaled
+    is_medium = (wavelen >= high_freq_wavelen) & (wavelen <= low_freq_wavelen)
+    return torch.where(is_medium, blended, scaled)
+
+
+def rope_frequencies(head_dim: int, *, base: float = 10000.0, scaling: dict | None = None,
+                     seq_len: int | None = None) -> tuple[torch.Tensor, float]:
+    """Inverse frequencies of RoPE, optionally rescaled to extend the context window.
+
+    Args:
+        head_dim: features per head, a positive even integer.
+        base: the frequency base ("rope_theta"), > 0.
+        scaling: ``None`` for plain RoPE, or a Hugging Face style dict with ``"rope_type"`` one of
+            ``"default"``, ``"linear"`` (factor: position interpolation, Chen et al. 2023),
+            ``"ntk"`` (factor: NTK-aware base change, ``base * factor**(d/(d-2))``),
+            ``"dynamic"`` (factor, original_max_position_embeddings: NTK base change grown with seq_len),
+            ``"yarn"`` (factor, original_max_position_embeddings, optional beta_fast=32, beta_slow=1,
+            attention_factor, mscale, mscale_all_dim, truncate=True), or ``"llama3"`` (factor,
+            low_freq_factor, high_freq_factor, original_max_position_embeddings).
+        seq_len: current sequence length, used only by ``"dynamic"`` (defaults to the original length).
+
+    Returns:
+        ``(inv_freq, attention_scale)``: ``inv_freq`` has shape ``[head_dim // 2]`` (float32);
+        ``attention_scale`` is the factor YaRN multiplies into cos and sin (1.0 for the other types).
+    """
+    head_dim = check_even("head_dim", head_dim)
+    base = check_positive_float("base", base)
+    rope_type, params = _parse_scaling(scaling, base)
+    if seq_len is not None:
+        seq_len = check_int("seq_len", seq_len)
+    if rope_type in ("ntk", "dynamic") and head_dim < 4:
+        raise ValueError(f"rope_type {rope_type!r} needs head_dim >= 4, got {head_dim}")
+
+    if rope_type == "ntk":
+        base = base * float(params["factor"]) ** (head_dim / (head_dim - 2))
+    elif rope_type == "dynamic":
+        factor, original_len = float(params["factor"]), params["original_max_position_embeddings"]
+        length = max(seq_len or original_len, original_len)
+        base = base * (factor * length / original_len - (factor - 1)) ** (head_dim / (head_dim - 2))
+
+    inv_freq = default_inv_freq(head_dim, base)
+    if rope_type == "linear":
+        return inv_freq / float(params["factor"]), 1.0
+    if rope_type == "yarn":
+        return _yarn(inv_freq, head_dim, base, params)
+    if rope_type == "llama3":
+        return _llama3(inv_freq, params), 1.0
+    return inv_freq, 1.0
+
+
+def rope_cos_sin(positions: torch.Tensor, inv_freq: torch.Tensor, *, attention_scale: float = 1.0,
+                 interleaved: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin of ``positions[..., p] * inv_freq[i]``, laid out for ``apply_rope``.
+
+    Args:
+        positions: whole-number positions, shape ``[..., seq]`` (e.g. ``[seq]`` or ``[batch, seq]``).
+        inv_freq: shape ``[head_dim // 2]``.
+        attention_scale: multiplied into both tables (YaRN's temperature; 1.0 otherwise).
+        interleaved: ``False`` repeats the angles as ``[a0..a_{d/2-1}, a0..a_{d/2-1}]`` (half-split
+            pairing); ``True`` as ``[a0, a0, a1, a1, ...]`` (pairs 2i, 2i+1).
+
+    Returns:
+        ``(cos, sin)``, each float32 of shape ``[..., seq, head_dim]``.
+    """
+    check_integer_positions("positions", positions)
+    check_tensor("inv_freq", inv_freq, min_dim=1)
+    if inv_freq.dim() != 1:
+        raise ValueError(f"inv_freq must be 1-D [head_dim // 2], got shape {tuple(inv_freq.shape)}")
+    if positions.dim() == 0:
+        raise ValueError("positions must have at least 1 dimension [..., seq], got a scalar")
+    angles = positions.to(torch.float32)[..., None] * inv_freq.to(positions.device, torch.float32)
+    if interleaved:
+        angles = angles.repeat_interleave(2, dim=-1)
+    else:
+        angles = torch.cat((angles, angles), dim=-1)
+    return angles.cos() * attention_scale, angles.sin() * attention_scale
+
+
+def rotate_pairs(x: torch.Tensor, *, interleaved: bool = False) -> torch.Tensor:
+    """Rotate every feature pair (a, b) by 90 degrees to (-b, a); shape ``[..., head_dim]`` kept."""
+    if interleaved:
+        even, odd = x[..., 0::2], x[..., 1::2]
+        return torch.stack((-odd, even), dim=-1).flatten(-2)
+    first, second = x.chunk(2, dim=-1)
+    return torch.cat((-second, first), dim=-1)
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, interleaved: bool = False) -> torch.Tensor:
+    """Rotate feature pairs of ``x`` counter-clockwise by the angles whose cos and sin are given.
+
+    Args:
+        x: shape ``[..., seq, head_dim]``, any float dtype.
+        cos, sin: from ``rope_cos_sin`` with the same ``interleaved``; shape ``[..., seq, head_dim]``,
+            broadcastable to ``x`` (e.g. ``[seq, head_dim]`` for ``x`` of ``[batch, heads, seq, head_dim]``).
+        interleaved: ``False`` pairs feature i with i + head_dim/2 (GPT-NeoX, Hugging Face Llama);
+            ``True`` pairs 2i with 2i+1 (RoFormer, GPT-J, Meta's Llama).
+
+    Returns:
+        Tensor of the same shape and dtype as ``x``; the arithmetic is done in at least float32.
+    """
+    check_tensor("x", x, min_dim=2)
+    check_tensor("cos", cos, min_dim=2)
+    check_tensor("sin", sin, min_dim=2)
+    if cos.shape != sin.shape:
+        raise ValueError(f"cos and sin must have the same shape, got {tuple(cos.shape)} and {tuple(sin.shape)}")
+    if x.shape[-1] % 2:
+        raise ValueError(f"x's last dimension (head_dim) must be even, got {x.shape[-1]}")
+    if cos.shape[-2:] != x.shape[-2:]:
+        raise ValueError(f"cos/sin must end in [seq, head_dim] = {list(x.shape[-2:])} to match x, "
+                         f"got {list(cos.shape[-2:])}")
+    compute = torch.promote_types(x.dtype, torch.float32)
+    xc = x.to(compute)
+    out = xc * cos.to(compute) + rotate_pairs(xc, interleaved=interleaved) * sin.to(compute)
+    return out.to(x.dtype)
+
+
+class RotaryEmbedding(nn.Module):
+    """Applies RoPE to queries and keys: ``forward(q, k, *, offset=0, positions=None) -> (q, k)``.
+
+    Args:
+        head_dim: features per head (even).
+        base, scaling: as in ``rope_frequencies``.
+        interleaved: pairing convention, as in ``apply_rope``.
+
+    ``q`` and ``k`` are ``[batch, heads, seq, head_dim]`` (``k`` may have fewer heads, as in grouped-query
+    attention). Their positions are ``offset .. offset+seq-1`` unless ``positions`` (``[seq]`` or
+    ``[batch, seq]``, whole numbers) is given. With ``"dynamic"`` scaling the frequencies are recomputed
+    for ``max(position) + 1``, as Hugging Face does; keys already in a cache keep their old rotation.
+    """
+
+    def __init__(self, head_dim: int, *, base: float = 10000.0, scaling: dict | None = None,
+                 interleaved: bool = False):
+        super().__init__()
+        inv_freq, attention_scale = rope_frequencies(head_dim, base=base, scaling=scaling)
+        self.head_dim, self.base, self.scaling, self.interleaved = head_dim, base, scaling, bool(interleaved)
+        self.dynamic = _parse_scaling(scaling, float(base))[0] == "dynamic"
+        self.attention_scale = attention_scale
+        self.register_buffer("inv_freq", inv_freq, persistent=False)
+
+    def cos_sin(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos, sin of shape ``[..., seq, head_dim]`` for ``positions`` ``[..., seq]``."""
+        inv_freq = self.inv_freq
+        if self.dynamic and positions.numel():
+            seq_len = int(positions.max()) + 1
+            inv_freq, _ = rope_frequencies(self.head_dim, base=self.base, scaling=self.scaling, seq_len=seq_len)
+        return rope_cos_sin(positions, inv_freq, attention_scale=self.attention_scale,
+                            interleaved=self.interleaved)
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, *, offset: int = 0,
+                positions: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        for name, t in (("q", q), ("k", k)):
+            check_tensor(name, t, min_dim=4)
+            if t.dim() != 4 or t.shape[-1] != self.head_dim:
+                raise ValueError(f"{name} must be [batch, heads, seq, {self.head_dim}], got {tuple(t.shape)}")
+        if q.shape[0] != k.shape[0] or q.shape[2] != k.shape[2]:
+            raise ValueError(f"q and k must share batch and seq, got {tuple(q.shape)} and {tuple(k.shape)}")
+        seq = q.shape[2]
+        if positions is None:
+            offset = check_int("offset", offset, minimum=0)
+            positions = torch.arange(offset, offset + seq, device=q.device)
+        else:
+            check_integer_positions("positions", positions)
+            if positions.dim() not in (1, 2) or positions.shape[-1] != seq:
+                raise ValueError(f"positions must be [seq] or [batch, seq] with seq={seq}, "
+                                 f"got {tuple(positions.shape)}")
+            if positions.dim() == 2 and positions.shape[0] not in (1, q.shape[0]):
+                raise ValueError(f"positions' batch size {positions.shape[0]} does not match q's {q.shape[0]}")
+            if offset:
+                raise ValueError("pass either offset or positions, not both")
+        cos, sin = self.cos_sin(positions)
+        if cos.dim() == 3:  # [batch, seq, head_dim] -> broadcast over heads
+            cos, sin = cos[:, None], sin[:, None]
+        return (apply_rope(q, cos, sin, interleaved=self.interleaved),
+                apply_rope(k, cos, sin, interleaved=self.interleaved))
+
+    def extra_repr(self) -> str:
+        return f"head_dim={self.head_dim}, base={self.base}, scaling={self.scaling}, interleaved={self.interleaved}"
