@@ -1,0 +1,70 @@
+"""Notebook helpers for the Makefile and the convention tests.
+
+    python tests/notebook_tools.py list                  # notebooks in _toc.yml, in reading order
+    python tests/notebook_tools.py execute [NB.ipynb...] # re-execute in place (default: all), print times
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SETUP_TAG = "setup"
+
+
+def toc_files() -> list[str]:
+    """Every file entry of _toc.yml (root first), as written there (no suffix)."""
+    import yaml
+
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    files = [toc["root"]]
+
+    def walk(entries):
+        for entry in entries or []:
+            if "file" in entry:
+                files.append(entry["file"])
+            walk(entry.get("chapters") or entry.get("sections"))
+
+    walk(toc.get("parts") or [])
+    walk(toc.get("chapters") or [])
+    return files
+
+
+def toc_notebooks() -> list[Path]:
+    """Paths of the notebooks listed in _toc.yml, in reading order."""
+    return [ROOT / f"{name}.ipynb" for name in toc_files() if (ROOT / f"{name}.ipynb").exists()]
+
+
+def execute(path: Path) -> float:
+    """Run a notebook top to bottom in its own folder and save it with outputs; return seconds taken."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    nb = nbformat.read(path, as_version=4)
+    start = time.perf_counter()
+    NotebookClient(nb, timeout=600, kernel_name="python3",
+                   resources={"metadata": {"path": str(path.parent)}}).execute()
+    seconds = time.perf_counter() - start
+    nbformat.write(nb, path)
+    return seconds
+
+
+def main(argv: list[str]) -> None:
+    if not argv or argv[0] not in ("list", "execute"):
+        sys.exit(__doc__)
+    if argv[0] == "list":
+        print("\n".join(str(p.relative_to(ROOT)) for p in toc_notebooks()))
+        return
+    paths = [Path(p).resolve() for p in argv[1:]] or toc_notebooks()
+    total = 0.0
+    for path in paths:
+        seconds = execute(path)
+        total += seconds
+        print(f"{seconds:7.1f} s  {path.relative_to(ROOT)}", flush=True)
+    print(f"{total:7.1f} s  total")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
