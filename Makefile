@@ -4,6 +4,7 @@
 # make execute [NB=notebooks/01_permutation_problem.ipynb] : re-execute notebooks in place, commit the outputs
 # make clean : remove the build (keeps .venv)
 
+SHELL  := /bin/bash
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
@@ -20,8 +21,12 @@ $(STAMP): requirements.txt pyproject.toml
 	$(BIN)/python -m pip install --quiet --no-deps -e .
 	touch $(STAMP)
 
+# --keep-going reports every warning, but then jupyter-book exits 0 even with warnings: check the log.
 book: $(STAMP)
-	$(BIN)/jupyter-book build . --warningiserror --keep-going --path-output .
+	@mkdir -p _build
+	set -o pipefail; $(BIN)/jupyter-book build . --warningiserror --keep-going --path-output . 2>&1 | tee _build/book.log
+	@if grep -qE "build finished with problems|WARNING:" _build/book.log; then \
+		echo "make book: FAILED, the build has warnings (treated as errors); see _build/book.log"; exit 1; fi
 	@echo "Book built: _build/html/index.html"
 
 test: unit notebooks

@@ -1,0 +1,73 @@
+import math
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from posenc import LearnedEncoding, SinusoidalEncoding, sinusoidal_encoding
+
+
+def formula(n_positions, dim, base=10000.0, offset=0):
+    """The sinusoidal table written out element by element in Python floats (float64)."""
+    table = torch.empty(n_positions, dim, dtype=torch.float64)
+    for row in range(n_positions):
+        p = offset + row
+        for i in range(dim // 2):
+            angle = p / base ** (2 * i / dim)
+            table[row, 2 * i] = math.sin(angle)
+            table[row, 2 * i + 1] = math.cos(angle)
+    return table
+
+
+@pytest.mark.parametrize("n_positions,dim,base,offset", [(50, 16, 10000.0, 0), (7, 6, 100.0, 3), (3, 2, 10000.0, 1000)])
+def test_sinusoidal_matches_formula_in_float64(n_positions, dim, base, offset):
+    got = sinusoidal_encoding(n_positions, dim, base=base, offset=offset, dtype=torch.float64)
+    torch.testing.assert_close(got, formula(n_positions, dim, base, offset), rtol=0, atol=1e-12)
+    assert sinusoidal_encoding(n_positions, dim, base=base, offset=offset).dtype == torch.float32
+
+
+def test_sinusoidal_known_values():
+    table = sinusoidal_encoding(2, 4, dtype=torch.float64)
+    # Position 0: sin 0 = 0 and cos 0 = 1 in every pair. Position 1: frequencies 1 and 1/100.
+    assert table[0].tolist() == [0.0, 1.0, 0.0, 1.0]
+    expected = [math.sin(1), math.cos(1), math.sin(0.01), math.cos(0.01)]
+    assert table[1].tolist() == pytest.approx(expected, abs=1e-15)
+
+
+@given(p=st.integers(0, 500), k=st.integers(-50, 500), half=st.integers(1, 16))
+def test_shift_is_a_rotation(p, k, half):
+    """PE(p + k) = M_k PE(p), M_k block-diagonal with 2x2 blocks [[cos, sin], [-sin, cos]] of k * w_i."""
+    dim = 2 * half
+    if p + k < 0:
+        return
+    table = sinusoidal_encoding(max(p, p + k) + 1, dim, dtype=torch.float64)
+    rotated = torch.empty(dim, dtype=torch.float64)
+    for i in range(half):
+        w = 1.0 / 10000 ** (2 * i / dim)
+        c, s = math.cos(k * w), math.sin(k * w)
+        sin_p, cos_p = table[p, 2 * i].item(), table[p, 2 * i + 1].item()
+        rotated[2 * i] = c * sin_p + s * cos_p  # sin(a + b)
+        rotated[2 * i + 1] = -s * sin_p + c * cos_p  # cos(a + b)
+    torch.testing.assert_close(rotated, table[p + k], rtol=0, atol=1e-9)
+
+
+def test_sinusoidal_module_adds_rows_at_offset():
+    module = SinusoidalEncoding(8)
+    x = torch.randn(2, 5, 8)
+    torch.testing.assert_close(module(x, offset=3), x + formula(8, 8)[3:].float(), rtol=0, atol=1e-6)
+    assert module(x.double()).dtype == torch.float64
+
+
+def test_learned_module_adds_table_rows():
+    torch.manual_seed(0)
+    module = LearnedEncoding(10, 4)
+    x = torch.randn(3, 4, 4)
+    torch.testing.assert_close(module(x, offset=6), x + module.weight[6:10].detach())
+    assert module.weight.requires_grad and module.weight.shape == (10, 4)
+
+
+def test_learned_refuses_positions_beyond_table():
+    module = LearnedEncoding(10, 4)
+    with pytest.raises(ValueError, match="max_len=10"):
+        module(torch.zeros(1, 5, 4), offset=6)
