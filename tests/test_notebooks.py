@@ -76,3 +76,12 @@ def test_chapter_skeleton(path):
         assert heading in markdown, f"missing section: {heading}"
     assert ":class: dropdown" in markdown, "exercise solutions should be hidden behind a dropdown"
     assert "{cite}" in markdown, "a chapter cites its sources"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_setup_cell_installs_from_the_configured_repository(path):
+    import yaml
+
+    repository = yaml.safe_load((ROOT / "_config.yml").read_text())["repository"]["url"]
+    source = "".join(code_cells(path)[0]["source"])
+    assert f'POSENC_REPOSITORY = "{repository}"' in source, f"setup cell must install from {repository}"
