@@ -85,3 +85,10 @@ def test_setup_cell_installs_from_the_configured_repository(path):
     repository = yaml.safe_load((ROOT / "_config.yml").read_text())["repository"]["url"]
     source = "".join(code_cells(path)[0]["source"])
     assert f'POSENC_REPOSITORY = "{repository}"' in source, f"setup cell must install from {repository}"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_code_lines_fit_the_page(path):
+    """The book's code column shows about 90 characters; longer lines hide behind a scroll bar."""
+    long = [line for cell in code_cells(path) for line in "".join(cell["source"]).splitlines() if len(line) > 90]
+    assert not long, f"code lines over 90 characters: {long}"
