@@ -6,6 +6,7 @@ Both are *added* to the token embeddings before the first layer: ``x + PE[offset
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from ._validate import check_even, check_int, check_positive_float, check_tensor
@@ -37,6 +38,71 @@ def sinusoidal_encoding(n_positions: int, dim: int, *, base: float = 10000.0, of
     angles = positions[:, None] * inv_freq[None, :]  # [n_positions, dim/2]
     table = torch.stack((angles.sin(), angles.cos()), dim=-1)  # [n_positions, dim/2, 2]
     return table.reshape(n_positions, dim).to(dtype)
+
+
+def sinusoidal_encoding_2d(height: int, width: int, dim: int, *, base: float = 10000.0,
+                           dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """A 2D sinusoidal table for a ``height x width`` grid of patches, flattened row by row.
+
+    Row ``r * width + c`` (patch in grid row r, column c) is ``[PE_1d(r), PE_1d(c)]``: the first
+    ``dim/2`` features are ``sinusoidal_encoding`` of the row index, the last ``dim/2`` of the column
+    index (as in MAE's 2D sin-cos table, up to the order of the features).
+
+    Args:
+        height, width: grid size, >= 1.
+        dim: model width, a positive multiple of 4.
+        base: as in ``sinusoidal_encoding``.
+        dtype: dtype of the result.
+
+    Returns:
+        Tensor of shape ``[height * width, dim]``.
+    """
+    height, width = check_int("height", height), check_int("width", width)
+    dim = check_int("dim", dim)
+    if dim % 4:
+        raise ValueError(f"dim must be a positive multiple of 4 (two even halves), got {dim}")
+    rows = sinusoidal_encoding(height, dim // 2, base=base, dtype=dtype)  # [height, dim/2]
+    cols = sinusoidal_encoding(width, dim // 2, base=base, dtype=dtype)  # [width, dim/2]
+    grid = torch.cat((rows[:, None, :].expand(height, width, dim // 2),
+                      cols[None, :, :].expand(height, width, dim // 2)), dim=-1)
+    return grid.reshape(height * width, dim)
+
+
+def resize_position_table_2d(table: torch.Tensor, old_size: tuple[int, int], new_size: tuple[int, int], *,
+                             mode: str = "bicubic", antialias: bool = True,
+                             num_prefix_tokens: int = 0) -> torch.Tensor:
+    """Resample a learned 2D position table to a new grid, as ViT fine-tuning at a new resolution does.
+
+    The table's grid rows are reshaped to ``old_size``, interpolated as an image with one channel per
+    feature (``torch.nn.functional.interpolate``, align_corners=False; timm's defaults: bicubic with
+    antialiasing), and flattened again. The first ``num_prefix_tokens`` rows (e.g. ViT's [CLS]
+    position) are kept as they are.
+
+    Args:
+        table: ``[num_prefix_tokens + old_h * old_w, dim]``.
+        old_size, new_size: ``(height, width)`` of the grids.
+        mode: ``"bicubic"``, ``"bilinear"`` or ``"nearest"``.
+        antialias: smooth before downsampling (ignored by ``"nearest"``).
+        num_prefix_tokens: rows before the grid that are not resampled.
+
+    Returns:
+        ``[num_prefix_tokens + new_h * new_w, dim]``, the dtype of ``table``.
+    """
+    check_tensor("table", table, min_dim=2)
+    old_h, old_w = (check_int("old_size", n) for n in old_size)
+    new_h, new_w = (check_int("new_size", n) for n in new_size)
+    num_prefix_tokens = check_int("num_prefix_tokens", num_prefix_tokens, minimum=0)
+    if mode not in ("bicubic", "bilinear", "nearest"):
+        raise ValueError(f"mode must be one of ['bicubic', 'bilinear', 'nearest'], got {mode!r}")
+    if table.dim() != 2 or table.shape[0] != num_prefix_tokens + old_h * old_w:
+        raise ValueError(f"table must be [num_prefix_tokens + {old_h}*{old_w}, dim] = "
+                         f"[{num_prefix_tokens + old_h * old_w}, dim], got {tuple(table.shape)}")
+    prefix, grid = table[:num_prefix_tokens], table[num_prefix_tokens:]
+    image = grid.float().reshape(1, old_h, old_w, -1).permute(0, 3, 1, 2)  # [1, dim, h, w]
+    options = {} if mode == "nearest" else {"antialias": antialias, "align_corners": False}
+    image = F.interpolate(image, size=(new_h, new_w), mode=mode, **options)
+    grid = image.permute(0, 2, 3, 1).reshape(new_h * new_w, -1).to(table.dtype)
+    return torch.cat((prefix, grid), dim=0)
 
 
 def _check_input(x, dim: int) -> torch.Tensor:

@@ -23,7 +23,7 @@ class Block(nn.Module):
     def __init__(self, dim: int, n_heads: int, mlp_ratio: int, **attention_options):
         super().__init__()
         self.ln_attn, self.ln_mlp = nn.LayerNorm(dim), nn.LayerNorm(dim)
-        self.attn = MultiHeadAttention(dim, n_heads, causal=True, **attention_options)
+        self.attn = MultiHeadAttention(dim, n_heads, **attention_options)
         self.mlp = nn.Sequential(nn.Linear(dim, mlp_ratio * dim), nn.GELU(), nn.Linear(mlp_ratio * dim, dim))
 
     def forward(self, x: torch.Tensor, cache=None) -> torch.Tensor:
@@ -32,7 +32,7 @@ class Block(nn.Module):
 
 
 class TransformerLM(nn.Module):
-    """Decoder-only causal language model.
+    """Decoder-only causal language model (or, with ``causal=False``, a bidirectional sequence tagger).
 
     Args:
         vocab_size, dim, n_layers, n_heads: the usual sizes (dim divisible by n_heads).
@@ -43,6 +43,8 @@ class TransformerLM(nn.Module):
         rope_base, rope_scaling, rope_interleaved: RoPE options (see ``posenc.rope``).
         t5_num_buckets, t5_max_distance: T5 bias options; one bias table is shared by all layers, as in T5.
         sinusoidal_base: base of the sinusoidal table.
+        causal: ``True`` (default) for a language model; ``False`` lets every token see every other one
+            (an encoder that outputs one prediction per token); the KV cache and ``generate`` need causal.
 
     ``model(tokens[batch, seq]) -> logits[batch, seq, vocab_size]``. For incremental decoding,
     ``cache = model.new_cache()`` and then ``model(new_tokens, cache=cache)`` returns the logits of the
@@ -52,14 +54,14 @@ class TransformerLM(nn.Module):
     def __init__(self, vocab_size: int, dim: int, n_layers: int, n_heads: int, *, position: str,
                  max_len: int | None = None, mlp_ratio: int = 4, rope_base: float = 10000.0,
                  rope_scaling: dict | None = None, rope_interleaved: bool = False, t5_num_buckets: int = 32,
-                 t5_max_distance: int = 128, sinusoidal_base: float = 10000.0):
+                 t5_max_distance: int = 128, sinusoidal_base: float = 10000.0, causal: bool = True):
         super().__init__()
         self.vocab_size = check_int("vocab_size", vocab_size)
         self.n_layers = check_int("n_layers", n_layers)
         check_int("mlp_ratio", mlp_ratio)
         if position not in POSITION_METHODS:
             raise ValueError(f"position must be one of {list(POSITION_METHODS)}, got {position!r}")
-        self.position, self.max_len = position, max_len
+        self.position, self.max_len, self.causal = position, max_len, bool(causal)
         self.token_embedding = nn.Embedding(vocab_size, check_int("dim", dim))
         self.absolute = None
         if position == "sinusoidal":
@@ -68,11 +70,11 @@ class TransformerLM(nn.Module):
             if max_len is None:
                 raise ValueError("max_len is required for position='learned' (the size of its table)")
             self.absolute = LearnedEncoding(max_len, dim)
-        attention_options = dict(position=position, rope_base=rope_base, rope_scaling=rope_scaling,
-                                 rope_interleaved=rope_interleaved)
+        attention_options = dict(position=position, causal=self.causal, rope_base=rope_base,
+                                 rope_scaling=rope_scaling, rope_interleaved=rope_interleaved)
         if position == "t5":
-            attention_options["t5_bias"] = T5RelativeBias(n_heads, bidirectional=False, num_buckets=t5_num_buckets,
-                                                          max_distance=t5_max_distance)
+            attention_options["t5_bias"] = T5RelativeBias(n_heads, bidirectional=not self.causal,
+                                                          num_buckets=t5_num_buckets, max_distance=t5_max_distance)
         self.blocks = nn.ModuleList(Block(dim, n_heads, mlp_ratio, **attention_options) for _ in range(n_layers))
         self.ln_final = nn.LayerNorm(dim)
         self.head = nn.Linear(dim, vocab_size, bias=False)
@@ -87,7 +89,9 @@ class TransformerLM(nn.Module):
                 nn.init.zeros_(module.bias)
 
     def new_cache(self) -> KVCache:
-        """An empty KV cache for incremental decoding."""
+        """An empty KV cache for incremental decoding (causal models only)."""
+        if not self.causal:
+            raise ValueError("new_cache needs causal=True: a bidirectional model has no incremental decoding")
         return KVCache(self.n_layers)
 
     def forward(self, tokens: torch.Tensor, *, cache: KVCache | None = None) -> torch.Tensor:
@@ -150,4 +154,4 @@ class TransformerLM(nn.Module):
         return result[0] if squeeze else result
 
     def extra_repr(self) -> str:
-        return f"position={self.position!r}"
+        return f"position={self.position!r}, causal={self.causal}"

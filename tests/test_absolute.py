@@ -5,7 +5,8 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from posenc import LearnedEncoding, SinusoidalEncoding, sinusoidal_encoding
+from posenc import (LearnedEncoding, SinusoidalEncoding, resize_position_table_2d, sinusoidal_encoding,
+                    sinusoidal_encoding_2d)
 
 
 def formula(n_positions, dim, base=10000.0, offset=0):
@@ -71,3 +72,35 @@ def test_learned_refuses_positions_beyond_table():
     module = LearnedEncoding(10, 4)
     with pytest.raises(ValueError, match="max_len=10"):
         module(torch.zeros(1, 5, 4), offset=6)
+
+
+def test_sinusoidal_2d_halves_encode_row_and_column():
+    table = sinusoidal_encoding_2d(3, 5, 8, dtype=torch.float64)
+    assert table.shape == (15, 8)
+    for r in range(3):
+        for c in range(5):
+            expected = torch.cat([formula(r + 1, 4)[r], formula(c + 1, 4)[c]])
+            torch.testing.assert_close(table[r * 5 + c], expected, rtol=0, atol=1e-12)
+
+
+def test_resize_same_size_is_identity_and_keeps_prefix():
+    torch.manual_seed(0)
+    table = torch.randn(1 + 4 * 6, 8)
+    torch.testing.assert_close(resize_position_table_2d(table, (4, 6), (4, 6), num_prefix_tokens=1), table)
+    bigger = resize_position_table_2d(table, (4, 6), (8, 12), num_prefix_tokens=1)
+    assert bigger.shape == (1 + 96, 8)
+    assert torch.equal(bigger[0], table[0])
+
+
+def test_resize_bilinear_upsampling_matches_hand_interpolation():
+    """align_corners=False: new pixel centre x' maps to x = (x' + 0.5) * old/new - 0.5, clamped."""
+    grid = torch.tensor([[0.0, 10.0], [20.0, 30.0]])  # one feature on a 2x2 grid
+    out = resize_position_table_2d(grid.reshape(4, 1), (2, 2), (4, 4), mode="bilinear").reshape(4, 4)
+    coords = [min(max((i + 0.5) * 0.5 - 0.5, 0.0), 1.0) for i in range(4)]  # 0, 0.25, 0.75, 1
+    expected = torch.tensor([[20.0 * y + 10.0 * x for x in coords] for y in coords])
+    torch.testing.assert_close(out, expected)
+
+
+def test_resize_bicubic_keeps_constant_tables_constant():
+    table = torch.full((9, 3), 2.5)
+    torch.testing.assert_close(resize_position_table_2d(table, (3, 3), (7, 5)), torch.full((35, 3), 2.5))

@@ -14,7 +14,9 @@ import posenc
     (lambda: posenc.RotaryEmbedding(-2), ValueError, "head_dim"),
     (lambda: posenc.SinusoidalEncoding(5), ValueError, "dim must be a positive even integer"),
     (lambda: posenc.MultiHeadAttention(30, 4), ValueError, "dim must be divisible by n_heads"),
+    (lambda: posenc.sinusoidal_encoding_2d(4, 4, 6), ValueError, "dim must be a positive multiple of 4"),
     # non-positive lengths or head counts
+    (lambda: posenc.sinusoidal_encoding_2d(0, 4, 8), ValueError, "height"),
     (lambda: posenc.sinusoidal_encoding(0, 8), ValueError, "n_positions must be an integer >= 1"),
     (lambda: posenc.sinusoidal_encoding(4, 8, offset=-1), ValueError, "offset must be an integer >= 0"),
     (lambda: posenc.LearnedEncoding(0, 8), ValueError, "max_len"),
@@ -65,6 +67,8 @@ import posenc
     (lambda: posenc.alibi_attention(torch.zeros(1, 2, 3, 4), torch.zeros(1, 2, 3, 5), torch.zeros(1, 2, 3, 4)),
      ValueError, "shapes do not match"),
     (lambda: posenc.MultiHeadAttention(8, 2)(torch.zeros(1, 3, 6)), ValueError, "x must be"),
+    (lambda: posenc.resize_position_table_2d(torch.zeros(10, 4), (3, 3), (4, 4)), ValueError, r"table must be"),
+    (lambda: posenc.resize_position_table_2d(torch.zeros(9, 4), (3, 3), (4, 4), mode="area"), ValueError, "mode"),
     (lambda: posenc.TransformerLM(10, 8, 1, 2, position="none")(torch.zeros(1, 3)), ValueError, "integer tensor"),
     (lambda: posenc.TransformerLM(10, 8, 1, 2, position="none")(torch.tensor([[3, 10]])), ValueError, r"\[0, 10\)"),
     (lambda: posenc.MultiHeadAttention(8, 2, causal=False)(torch.zeros(1, 3, 8), cache=posenc.LayerCache()),

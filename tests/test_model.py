@@ -108,3 +108,15 @@ def test_learned_model_refuses_to_run_past_its_table():
         model(torch.zeros(1, 7, dtype=torch.long))
     with pytest.raises(ValueError, match="max_len=6"):
         model.generate(torch.zeros(1, 4, dtype=torch.long), 3)
+
+
+def test_bidirectional_model_sees_the_future_and_has_no_cache():
+    torch.manual_seed(0)
+    model = TransformerLM(20, 16, 1, 2, position="learned", max_len=8, causal=False).eval()
+    tokens = torch.randint(0, 20, (1, 6))
+    changed = tokens.clone()
+    changed[0, -1] = (changed[0, -1] + 1) % 20
+    with torch.no_grad():
+        assert (model(tokens)[0, 0] - model(changed)[0, 0]).abs().max() > 1e-4  # position 0 sees the last token
+    with pytest.raises(ValueError, match="causal=True"):
+        model.new_cache()
