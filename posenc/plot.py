@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import matplotlib.pyplot as plt
+from matplotlib.ticker import MaxNLocator
 
 STYLE = {
     "figure.figsize": (7.0, 3.6),
@@ -42,8 +43,12 @@ def heatmap(ax, matrix, *, row_labels=None, col_labels=None, title: str = "", xl
     ax.grid(False)
     if row_labels is not None:
         ax.set_yticks(range(len(row_labels)), row_labels)
+    else:
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     if col_labels is not None:
         ax.set_xticks(range(len(col_labels)), col_labels)
+    else:
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     if annotate:
         for i in range(values.shape[0]):
             for j in range(values.shape[1]):
