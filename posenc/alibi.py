@@ -107,7 +107,11 @@ def alibi_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, slopes
         k_extra = key_pos[None, None, :, None].expand(batch, heads, k_len, 1)
         q_aug = torch.cat((q, q_extra), dim=-1)
         k_aug = torch.cat((k, k_extra), dim=-1)
-        return F.scaled_dot_product_attention(q_aug, k_aug, v, is_causal=True, scale=scale)
+        # Fused kernels need one head size for q, k and v: pad with zeros, which change nothing.
+        width = max(q_aug.shape[-1], v.shape[-1])
+        q_aug, k_aug, v_pad = (F.pad(t, (0, width - t.shape[-1])) for t in (q_aug, k_aug, v))
+        out = F.scaled_dot_product_attention(q_aug, k_aug, v_pad, is_causal=True, scale=scale)
+        return out[..., : v.shape[-1]]
     bias = alibi_bias(heads, q_len, k_len, slopes=slopes).to(q.dtype)
     if causal:
         bias = bias.masked_fill(~causal_mask(q_len, k_len, device=q.device), float("-inf"))

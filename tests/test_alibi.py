@@ -82,3 +82,22 @@ def test_alibi_attention_long_sequence_precision():
     scores = (q.double() @ k.double().transpose(-2, -1)) / 4 + bias
     expected = scores.masked_fill(~mask, float("-inf")).softmax(-1) @ v.double()
     torch.testing.assert_close(alibi_attention(q, k, v).double(), expected, rtol=1e-4, atol=1e-4)
+
+
+def test_alibi_attention_fused_path_with_a_different_value_width():
+    torch.manual_seed(0)
+    q, k = torch.randn(2, 3, 7, 8), torch.randn(2, 3, 7, 8)
+    v = torch.randn(2, 3, 7, 12)
+    out = alibi_attention(q, k, v, causal=True)
+    assert out.shape == (2, 3, 7, 12)
+    torch.testing.assert_close(out.double(), reference_attention(q, k, v, alibi_slopes(3), True),
+                               rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("n", [1, 3, 6, 8, 12, 20, 24, 40])
+def test_slopes_equal_hugging_face_bloom(n):
+    """BLOOM's build_alibi_tensor is an independent implementation of the paper's rule."""
+    from transformers.models.bloom.modeling_bloom import build_alibi_tensor
+
+    alibi = build_alibi_tensor(torch.ones(1, 2), n, torch.float32)  # [heads, 1, 2] = slope * [0, 1]
+    torch.testing.assert_close(alibi_slopes(n), alibi[:, 0, 1], rtol=1e-6, atol=0)
