@@ -6,6 +6,7 @@ One call per method; shapes are in each docstring. See the book for the derivati
 from .absolute import (LearnedEncoding, SinusoidalEncoding, resize_position_table_2d, sinusoidal_encoding,
                        sinusoidal_encoding_2d)
 from .alibi import alibi_attention, alibi_bias, alibi_slopes, causal_mask
+from . import data
 from .attention import POSITION_METHODS, KVCache, LayerCache, MultiHeadAttention
 from .model import TransformerLM
 from .relative import T5RelativeBias, t5_relative_bucket
