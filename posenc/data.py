@@ -37,6 +37,76 @@ def stdlib_corpus(max_bytes: int = 2_000_000) -> torch.Tensor:
     return torch.frombuffer(bytearray(data), dtype=torch.uint8).long()
 
 
+def _bytes_of(files) -> torch.Tensor:
+    data = b"".join(path.read_bytes() for path in files)
+    return torch.frombuffer(bytearray(data), dtype=torch.uint8).long() if data else torch.zeros(0, dtype=torch.long)
+
+
+def stdlib_split(max_bytes: int = 4_000_000, validation_fraction: float = 0.1) -> tuple[torch.Tensor, torch.Tensor]:
+    """A train/validation split of the standard-library corpus *by file*, so no file is in both.
+
+    Files are taken in sorted order until about ``max_bytes``; every ``round(1 / validation_fraction)``-th
+    file (the 10th, 20th, ... for 0.1) goes to validation, the rest to training.
+
+    Returns:
+        ``(train, validation)``, 1-D LongTensors of byte values.
+    """
+    max_bytes = check_int("max_bytes", max_bytes)
+    if not 0 < validation_fraction < 1:
+        raise ValueError(f"validation_fraction must be in (0, 1), got {validation_fraction}")
+    train_files, validation_files = split_files(max_bytes, validation_fraction)
+    return _bytes_of(train_files), _bytes_of(validation_files)
+
+
+def split_files(max_bytes: int, validation_fraction: float = 0.1) -> tuple[list[Path], list[Path]]:
+    """The file lists behind ``stdlib_split``: (training files, validation files)."""
+    every = max(2, round(1 / validation_fraction))
+    chosen, total = [], 0
+    for path in stdlib_files():
+        chosen.append(path)
+        total += path.stat().st_size
+        if total >= max_bytes:
+            break
+    validation = chosen[every - 1::every]
+    training = [p for p in chosen if p not in validation]
+    return training, validation
+
+
+# ---- synthetic tasks for length generalisation ------------------------------------------------------
+# Sequences are [x_1 .. x_n, SEP, y_1 .. y_n]: the model reads n symbols, then must produce the answer
+# after the separator. Targets are -100 (not scored) everywhere except the answer, so a causal LM trained
+# with next-token cross-entropy learns exactly the task.
+
+TASKS = ("copy", "reverse")
+
+
+def task_batch(task: str, batch_size: int, length: int | tuple[int, int], *, vocab: int = 16,
+               generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """A batch of a synthetic task as (tokens ``[batch, 2n+1]``, targets ``[batch, 2n+1]``).
+
+    Args:
+        task: ``"copy"`` (answer = the input) or ``"reverse"`` (answer = the input reversed).
+        batch_size: number of sequences.
+        length: n, or a range ``(low, high)`` from which one n per batch is drawn (inclusive).
+        vocab: symbols 0..vocab-1; the separator is token ``vocab`` (so models need vocab + 1 tokens).
+        generator: for reproducible batches.
+    """
+    if task not in TASKS:
+        raise ValueError(f"task must be one of {list(TASKS)}, got {task!r}")
+    if isinstance(length, tuple):
+        low, high = (check_int("length", n) for n in length)
+        n = int(torch.randint(low, high + 1, (1,), generator=generator))
+    else:
+        n = check_int("length", length)
+    symbols = torch.randint(0, vocab, (batch_size, n), generator=generator)
+    answer = symbols if task == "copy" else symbols.flip(1)
+    separator = torch.full((batch_size, 1), vocab)
+    tokens = torch.cat([symbols, separator, answer], dim=1)
+    targets = torch.full_like(tokens, -100)
+    targets[:, n:2 * n] = answer  # position n (the separator) predicts answer[0], and so on
+    return tokens, targets
+
+
 def encode(text: str) -> torch.Tensor:
     """UTF-8 bytes of ``text`` as a LongTensor ``[n]``."""
     return torch.tensor(list(text.encode("utf-8")), dtype=torch.long)

@@ -1,0 +1,202 @@
+"""The book's measured studies, as a command-line tool that writes JSON.
+
+    python -m posenc.experiments head_to_head --preset ci --out results/head_to_head_ci.json
+    python -m posenc.experiments length_generalisation --preset full --out results/lg.json --resume
+    torchrun --nproc_per_node=2 -m posenc.experiments head_to_head --preset tiny --out /tmp/h.json
+
+Every result file records the configuration, seeds, package versions, hardware and wall time, and is
+rewritten after each finished run, so ``--resume`` continues an interrupted study where it stopped.
+Under ``torchrun`` every process trains (DistributedDataParallel, gloo on CPU, nccl on GPU) and process
+0 evaluates and writes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from . import __version__, data
+from .attention import POSITION_METHODS
+from .model import TransformerLM
+from .train import TrainConfig, default_device, exact_match, perplexity, train_model
+
+# Each preset fixes everything about a study except the seeds' outcomes.
+PRESETS = {
+    "head_to_head": {
+        "tiny": dict(dim=32, layers=1, heads=2, train_len=32, factors=[1, 2], steps=6, batch=4, seeds=[0],
+                     methods=["none", "rope"], max_bytes=400_000, eval_tokens=2048, warmup=2),
+        "ci": dict(dim=64, layers=2, heads=4, train_len=64, factors=[1, 2, 4, 8], steps=150, batch=16,
+                   seeds=[0, 1, 2], methods=list(POSITION_METHODS), max_bytes=2_000_000, eval_tokens=16384,
+                   warmup=20),
+        "full": dict(dim=96, layers=3, heads=4, train_len=128, factors=[1, 2, 4, 8, 16], steps=1000, batch=16,
+                     seeds=[0, 1, 2], methods=list(POSITION_METHODS), max_bytes=4_000_000, eval_tokens=65536,
+                     warmup=100),
+    },
+    "length_generalisation": {
+        "tiny": dict(dim=32, layers=1, heads=2, train_max=4, test_lengths=[4, 8], steps=6, batch=8, seeds=[0],
+                     methods=["none", "rope"], tasks=["copy"], warmup=2),
+        "ci": dict(dim=64, layers=2, heads=4, train_max=8, test_lengths=[8, 16, 24, 32], steps=300, batch=32,
+                   seeds=[0, 1, 2], methods=list(POSITION_METHODS), tasks=["copy", "reverse"], warmup=30),
+        "full": dict(dim=96, layers=3, heads=4, train_max=16, test_lengths=[16, 32, 48, 64], steps=2000, batch=32,
+                     seeds=[0, 1, 2], methods=list(POSITION_METHODS), tasks=["copy", "reverse"], warmup=100),
+    },
+}
+
+
+def environment() -> dict:
+    """Where and with what a result was produced."""
+    return {
+        "posenc": __version__, "torch": torch.__version__, "python": platform.python_version(),
+        "platform": platform.platform(), "processor": platform.processor() or platform.machine(),
+        "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+        "device": str(default_device()),
+        "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+        "world_size": dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1,
+    }
+
+
+def make_model(method: str, config: dict, vocab_size: int, max_len: int) -> TransformerLM:
+    return TransformerLM(vocab_size, config["dim"], config["layers"], config["heads"], position=method,
+                         max_len=max_len)
+
+
+def save_checkpoint(model: torch.nn.Module, path: Path, meta: dict) -> None:
+    """Weights and plain metadata only, loadable with ``torch.load(path, weights_only=True)``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save({"state_dict": model.state_dict(), "meta": meta}, path)
+
+
+def load_checkpoint(path: Path) -> dict:
+    return torch.load(path, map_location="cpu", weights_only=True)
+
+
+def run_head_to_head(config: dict, method: str, seed: int, checkpoint_dir: Path | None) -> dict:
+    """Train one byte-level LM at ``train_len``; perplexity on validation windows at each factor."""
+    train_bytes, validation_bytes = data.stdlib_split(config["max_bytes"])
+    torch.manual_seed(seed)
+    model = make_model(method, config, data.VOCAB_SIZE, config["train_len"])
+    train_config = TrainConfig(steps=config["steps"], warmup=config["warmup"], seed=seed,
+                               log_every=max(1, config["steps"] // 20))
+
+    def batch_fn(generator):
+        return data.random_windows(train_bytes, config["batch"], config["train_len"], generator=generator)
+
+    start = time.perf_counter()
+    history = train_model(model, batch_fn, train_config)
+    train_seconds = time.perf_counter() - start
+    result = {"method": method, "seed": seed, "train_seconds": train_seconds, "history": history,
+              "perplexity": {}}
+    if _rank() == 0:
+        for factor in config["factors"]:
+            length = factor * config["train_len"]
+            if method == "learned" and length > config["train_len"]:
+                result["perplexity"][str(length)] = None  # no table rows beyond the training length
+                continue
+            windows = max(1, config["eval_tokens"] // length)
+            result["perplexity"][str(length)] = perplexity(model, validation_bytes, length, max_windows=windows)
+        if checkpoint_dir is not None:
+            save_checkpoint(model, checkpoint_dir / f"head_to_head_{method}_seed{seed}.pt",
+                            {"method": method, "seed": seed, "config": json.dumps(config)})
+    return result
+
+
+def run_length_generalisation(config: dict, method: str, seed: int, checkpoint_dir: Path | None) -> dict:
+    """Train on copy/reverse with lengths 1..train_max; exact match at each test length."""
+    result = {"method": method, "seed": seed, "exact_match": {}, "train_seconds": 0.0}
+    for task in config["tasks"]:
+        torch.manual_seed(seed)
+        model = make_model(method, config, 17, max_len=2 * config["train_max"] + 1)
+        train_config = TrainConfig(steps=config["steps"], warmup=config["warmup"], seed=seed,
+                                   log_every=max(1, config["steps"] // 20))
+        start = time.perf_counter()
+        train_model(model, lambda g: data.task_batch(task, config["batch"], (1, config["train_max"]), generator=g),
+                    train_config)
+        result["train_seconds"] += time.perf_counter() - start
+        scores = {}
+        if _rank() == 0:
+            for n in config["test_lengths"]:
+                if method == "learned" and 2 * n + 1 > 2 * config["train_max"] + 1:
+                    scores[str(n)] = None
+                    continue
+                scores[str(n)] = exact_match(model, lambda g, n=n: data.task_batch(task, 64, n, generator=g))
+        result["exact_match"][task] = scores
+    return result
+
+
+STUDIES = {"head_to_head": run_head_to_head, "length_generalisation": run_length_generalisation}
+
+
+def _rank() -> int:
+    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+
+
+def run_study(study: str, preset: str, out: Path, *, resume: bool = False, checkpoint_dir: Path | None = None,
+              methods: list[str] | None = None, log=print) -> dict:
+    """Run (or continue) a study and write its JSON to ``out`` after every finished run."""
+    if study not in STUDIES:
+        raise ValueError(f"study must be one of {sorted(STUDIES)}, got {study!r}")
+    if preset not in PRESETS[study]:
+        raise ValueError(f"preset must be one of {sorted(PRESETS[study])}, got {preset!r}")
+    config = dict(PRESETS[study][preset])
+    if methods:
+        config["methods"] = methods
+    record = {"study": study, "preset": preset, "config": config, "environment": environment(), "runs": [],
+              "wall_seconds": 0.0, "command": " ".join(sys.argv)}
+    if resume and out.exists():
+        previous = json.loads(out.read_text())
+        if previous.get("config") != config:
+            raise ValueError(f"{out} was written with a different configuration; remove it or drop --resume")
+        record["runs"], record["wall_seconds"] = previous["runs"], previous["wall_seconds"]
+    done = {(run["method"], run["seed"]) for run in record["runs"]}
+    for method in config["methods"]:
+        for seed in config["seeds"]:
+            if (method, seed) in done:
+                log(f"{study}/{preset}: {method} seed {seed} already done, skipped")
+                continue
+            start = time.perf_counter()
+            run = STUDIES[study](config, method, seed, checkpoint_dir)
+            record["wall_seconds"] += time.perf_counter() - start
+            record["runs"].append(run)
+            if _rank() == 0:
+                out.parent.mkdir(parents=True, exist_ok=True)
+                out.write_text(json.dumps(record, indent=1))
+                log(f"{study}/{preset}: {method} seed {seed} done in {time.perf_counter() - start:.0f} s")
+    return record
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m posenc.experiments", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("study", choices=sorted(STUDIES))
+    parser.add_argument("--preset", default="ci", choices=["tiny", "ci", "full"])
+    parser.add_argument("--out", type=Path, required=True, help="JSON file to write")
+    parser.add_argument("--resume", action="store_true", help="skip runs already in --out")
+    parser.add_argument("--checkpoints", type=Path, default=None, help="folder for model weights")
+    parser.add_argument("--methods", nargs="*", choices=list(POSITION_METHODS), default=None)
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    args = parser.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    distributed = int(os.environ.get("WORLD_SIZE", "1")) > 1
+    if distributed:
+        dist.init_process_group(backend="nccl" if torch.cuda.is_available() else "gloo")
+        if torch.cuda.is_available():
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    try:
+        run_study(args.study, args.preset, args.out, resume=args.resume, checkpoint_dir=args.checkpoints,
+                  methods=args.methods, log=print if _rank() == 0 else (lambda *a: None))
+    finally:
+        if distributed:
+            dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,145 @@
+"""Seeded training and evaluation for the book's experiments.
+
+``train_model`` runs AdamW with linear warmup and cosine decay on batches from any ``batch_fn``;
+``perplexity`` evaluates a language model on non-overlapping windows of any length; ``exact_match``
+scores a synthetic task. CPU by default, CUDA when available; inside ``torchrun`` the model is wrapped
+in DistributedDataParallel and every process draws its own batches.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+from ._validate import check_int
+
+
+@dataclass
+class TrainConfig:
+    steps: int = 1000
+    lr: float = 3e-3
+    warmup: int = 100
+    min_lr_ratio: float = 0.1
+    weight_decay: float = 0.01
+    grad_clip: float = 1.0
+    seed: int = 0
+    log_every: int = 50
+    progress: bool = False
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def default_device() -> torch.device:
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def learning_rate(step: int, config: TrainConfig) -> float:
+    """Linear warmup to ``lr`` over ``warmup`` steps, then cosine decay to ``min_lr_ratio * lr``."""
+    if step < config.warmup:
+        return config.lr * (step + 1) / config.warmup
+    progress = (step - config.warmup) / max(1, config.steps - config.warmup)
+    cosine = 0.5 * (1 + math.cos(math.pi * min(progress, 1.0)))
+    return config.lr * (config.min_lr_ratio + (1 - config.min_lr_ratio) * cosine)
+
+
+def _rank_and_world() -> tuple[int, int]:
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def train_model(model: torch.nn.Module, batch_fn, config: TrainConfig, *, device=None) -> list[tuple[int, float]]:
+    """Train ``model`` in place; return the loss history ``[[step, loss], ...]`` every ``log_every`` steps.
+
+    Args:
+        model: maps tokens ``[batch, seq]`` to logits ``[batch, seq, vocab]``.
+        batch_fn: ``batch_fn(generator) -> (tokens, targets)``, targets of -100 are not scored.
+        config: optimisation settings; ``config.seed`` fixes the batches (offset by the process rank
+            under ``torchrun``, so that processes see different data).
+        device: defaults to CUDA when available, else CPU.
+    """
+    check_int("steps", config.steps)
+    device = torch.device(device) if device is not None else default_device()
+    rank, world = _rank_and_world()
+    model.to(device).train()
+    trained = model
+    if world > 1:
+        trained = torch.nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+    generator = torch.Generator().manual_seed(config.seed + 1000 * rank)
+    steps = range(config.steps)
+    if config.progress and rank == 0:
+        from tqdm.auto import tqdm
+
+        steps = tqdm(steps, desc="training", leave=False)
+    history, running = [], 0.0
+    for step in steps:
+        for group in optimizer.param_groups:
+            group["lr"] = learning_rate(step, config)
+        tokens, targets = batch_fn(generator)
+        logits = trained(tokens.to(device))
+        loss = F.cross_entropy(logits.flatten(0, 1), targets.to(device).flatten(), ignore_index=-100)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if config.grad_clip:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
+        optimizer.step()
+        running += loss.item()
+        if (step + 1) % config.log_every == 0 or step + 1 == config.steps:
+            count = (step % config.log_every) + 1
+            history.append([step + 1, running / count])
+            running = 0.0
+    model.eval()
+    return history
+
+
+@torch.no_grad()
+def perplexity(model: torch.nn.Module, data: torch.Tensor, seq_len: int, *, max_windows: int | None = None,
+               batch_size: int = 8, device=None) -> float:
+    """Perplexity of a causal LM on non-overlapping windows of ``seq_len`` tokens of ``data``.
+
+    Window k is ``data[k*seq_len : (k+1)*seq_len]`` with next-token targets shifted by one; every token of
+    every window is scored (so each window starts without context, the standard setting for comparing
+    length extrapolation, as in Press et al.'s non-overlapping evaluation).
+
+    Returns:
+        ``exp(mean cross-entropy)`` over all scored tokens.
+    """
+    seq_len = check_int("seq_len", seq_len)
+    device = torch.device(device) if device is not None else next(model.parameters()).device
+    n_windows = (data.numel() - 1) // seq_len
+    if max_windows is not None:
+        n_windows = min(n_windows, max_windows)
+    if n_windows < 1:
+        raise ValueError(f"data has {data.numel()} tokens: not enough for one window of {seq_len} + 1")
+    model.eval()
+    total, count = 0.0, 0
+    for start in range(0, n_windows, batch_size):
+        index = torch.arange(start, min(start + batch_size, n_windows))[:, None] * seq_len + torch.arange(seq_len + 1)
+        windows = data[index].to(device)
+        logits = model(windows[:, :-1])
+        total += F.cross_entropy(logits.flatten(0, 1).float(), windows[:, 1:].flatten(), reduction="sum").item()
+        count += windows[:, 1:].numel()
+    return math.exp(total / count)
+
+
+@torch.no_grad()
+def exact_match(model: torch.nn.Module, batch_fn, *, batches: int = 4, seed: int = 1234, device=None) -> float:
+    """Fraction of sequences whose every scored target (targets != -100) is the model's argmax."""
+    device = torch.device(device) if device is not None else next(model.parameters()).device
+    generator = torch.Generator().manual_seed(seed)
+    model.eval()
+    correct, total = 0, 0
+    for _ in range(batches):
+        tokens, targets = batch_fn(generator)
+        predicted = model(tokens.to(device)).argmax(-1).cpu()
+        scored = targets != -100
+        ok = ((predicted == targets) | ~scored).all(dim=1)
+        correct += int(ok.sum())
+        total += ok.numel()
+    return correct / total
