@@ -113,15 +113,18 @@ def _check_input(x, dim: int) -> torch.Tensor:
 
 
 class SinusoidalEncoding(nn.Module):
-    """Adds the sinusoidal table to its input: ``forward(x[batch, seq, dim], offset=0) -> x + PE``.
+    """Adds the sinusoidal table to its input: ``forward(x[batch, seq, dim], offset=0) -> x + scale * PE``.
 
     The table is computed on demand (cached for the longest length seen), so any length works.
+    ``scale`` (default 1, the original Transformer) multiplies the table, to match it to the size of the
+    token embeddings it is added to.
     """
 
-    def __init__(self, dim: int, *, base: float = 10000.0):
+    def __init__(self, dim: int, *, base: float = 10000.0, scale: float = 1.0):
         super().__init__()
         self.dim = check_even("dim", dim)
         self.base = check_positive_float("base", base)
+        self.scale = check_positive_float("scale", scale)
         self.register_buffer("_table", torch.empty(0, dim), persistent=False)
 
     def table(self, n_positions: int) -> torch.Tensor:
@@ -135,10 +138,10 @@ class SinusoidalEncoding(nn.Module):
         _check_input(x, self.dim)
         offset = check_int("offset", offset, minimum=0)
         pe = self.table(offset + x.shape[1])[offset:]
-        return x + pe.to(x.dtype)
+        return x + (self.scale * pe).to(x.dtype)
 
     def extra_repr(self) -> str:
-        return f"dim={self.dim}, base={self.base}"
+        return f"dim={self.dim}, base={self.base}, scale={self.scale}"
 
 
 class LearnedEncoding(nn.Module):

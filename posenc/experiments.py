@@ -33,9 +33,9 @@ PRESETS = {
     "head_to_head": {
         "tiny": dict(dim=32, layers=1, heads=2, train_len=32, factors=[1, 2], steps=6, batch=4, seeds=[0],
                      methods=["none", "rope"], max_bytes=400_000, eval_tokens=2048, warmup=2),
-        "ci": dict(dim=64, layers=2, heads=4, train_len=64, factors=[1, 2, 4, 8], steps=150, batch=16,
-                   seeds=[0, 1, 2], methods=list(POSITION_METHODS), max_bytes=2_000_000, eval_tokens=16384,
-                   warmup=20),
+        "ci": dict(dim=64, layers=2, heads=4, train_len=64, factors=[1, 2, 4, 8], steps=100, batch=16,
+                   seeds=[0, 1, 2], methods=list(POSITION_METHODS), max_bytes=2_000_000, eval_tokens=8192,
+                   warmup=10),
         "full": dict(dim=96, layers=3, heads=4, train_len=128, factors=[1, 2, 4, 8, 16], steps=1000, batch=16,
                      seeds=[0, 1, 2], methods=list(POSITION_METHODS), max_bytes=4_000_000, eval_tokens=65536,
                      warmup=100),
@@ -43,8 +43,8 @@ PRESETS = {
     "length_generalisation": {
         "tiny": dict(dim=32, layers=1, heads=2, train_max=4, test_lengths=[4, 8], steps=6, batch=8, seeds=[0],
                      methods=["none", "rope"], tasks=["copy"], warmup=2),
-        "ci": dict(dim=64, layers=2, heads=4, train_max=8, test_lengths=[8, 16, 24, 32], steps=300, batch=32,
-                   seeds=[0, 1, 2], methods=list(POSITION_METHODS), tasks=["copy", "reverse"], warmup=30),
+        "ci": dict(dim=64, layers=2, heads=4, train_max=8, test_lengths=[8, 16, 24, 32], steps=200, batch=32,
+                   seeds=[0, 1, 2], methods=list(POSITION_METHODS), tasks=["copy", "reverse"], warmup=20),
         "full": dict(dim=96, layers=3, heads=4, train_max=16, test_lengths=[16, 32, 48, 64], steps=2000, batch=32,
                      seeds=[0, 1, 2], methods=list(POSITION_METHODS), tasks=["copy", "reverse"], warmup=100),
     },

@@ -43,6 +43,10 @@ class TransformerLM(nn.Module):
         rope_base, rope_scaling, rope_interleaved: RoPE options (see ``posenc.rope``).
         t5_num_buckets, t5_max_distance: T5 bias options; one bias table is shared by all layers, as in T5.
         sinusoidal_base: base of the sinusoidal table.
+        sinusoidal_scale: factor on the sinusoidal table. The default, ``0.02 * sqrt(2)``, gives it the
+            root-mean-square of the token embeddings and of the learned table at initialisation (standard
+            deviation 0.02), so that comparisons between methods are not decided by the table's size
+            (chapter 3 shows a full-size table swamping small embeddings). Use 1.0 for the raw table.
         causal: ``True`` (default) for a language model; ``False`` lets every token see every other one
             (an encoder that outputs one prediction per token); the KV cache and ``generate`` need causal.
 
@@ -54,7 +58,8 @@ class TransformerLM(nn.Module):
     def __init__(self, vocab_size: int, dim: int, n_layers: int, n_heads: int, *, position: str,
                  max_len: int | None = None, mlp_ratio: int = 4, rope_base: float = 10000.0,
                  rope_scaling: dict | None = None, rope_interleaved: bool = False, t5_num_buckets: int = 32,
-                 t5_max_distance: int = 128, sinusoidal_base: float = 10000.0, causal: bool = True):
+                 t5_max_distance: int = 128, sinusoidal_base: float = 10000.0,
+                 sinusoidal_scale: float = 0.02 * 2 ** 0.5, causal: bool = True):
         super().__init__()
         self.vocab_size = check_int("vocab_size", vocab_size)
         self.n_layers = check_int("n_layers", n_layers)
@@ -65,7 +70,7 @@ class TransformerLM(nn.Module):
         self.token_embedding = nn.Embedding(vocab_size, check_int("dim", dim))
         self.absolute = None
         if position == "sinusoidal":
-            self.absolute = SinusoidalEncoding(dim, base=sinusoidal_base)
+            self.absolute = SinusoidalEncoding(dim, base=sinusoidal_base, scale=sinusoidal_scale)
         elif position == "learned":
             if max_len is None:
                 raise ValueError("max_len is required for position='learned' (the size of its table)")

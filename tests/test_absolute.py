@@ -104,3 +104,17 @@ def test_resize_bilinear_upsampling_matches_hand_interpolation():
 def test_resize_bicubic_keeps_constant_tables_constant():
     table = torch.full((9, 3), 2.5)
     torch.testing.assert_close(resize_position_table_2d(table, (3, 3), (7, 5)), torch.full((35, 3), 2.5))
+
+
+def test_sinusoidal_scale_multiplies_the_table():
+    x = torch.zeros(1, 4, 8)
+    torch.testing.assert_close(SinusoidalEncoding(8, scale=0.5)(x), 0.5 * formula(4, 8).float()[None])
+
+
+def test_model_sinusoidal_table_matches_embedding_scale():
+    from posenc import TransformerLM
+
+    model = TransformerLM(10, 64, 1, 2, position="sinusoidal")
+    table = model.absolute.scale * sinusoidal_encoding(100, 64)
+    rms = table.pow(2).mean().sqrt().item()
+    assert abs(rms - 0.02) < 1e-6  # the same root-mean-square as an N(0, 0.02^2) embedding
