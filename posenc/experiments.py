@@ -149,7 +149,7 @@ def run_study(study: str, preset: str, out: Path, *, resume: bool = False, check
     if methods:
         config["methods"] = methods
     record = {"study": study, "preset": preset, "config": config, "environment": environment(), "runs": [],
-              "wall_seconds": 0.0, "command": " ".join(sys.argv)}
+              "wall_seconds": 0.0, "command": "python -m posenc.experiments " + " ".join(sys.argv[1:])}
     if resume and out.exists():
         previous = json.loads(out.read_text())
         if previous.get("config") != config:
