@@ -23,23 +23,28 @@ def stdlib_files() -> list[Path]:
     return sorted(p for p in root.glob("*.py") if not p.name.startswith(("test", "idle")))
 
 
-def stdlib_corpus(max_bytes: int = 2_000_000) -> torch.Tensor:
-    """Up to ``max_bytes`` bytes of standard-library source as a LongTensor ``[n]`` of byte values."""
-    max_bytes = check_int("max_bytes", max_bytes)
-    chunks, total = [], 0
+def _first_files(max_bytes: int) -> list[Path]:
+    """``stdlib_files()`` in order, up to the first that brings the total to ``max_bytes`` or more."""
+    chosen, total = [], 0
     for path in stdlib_files():
-        data = path.read_bytes()
-        chunks.append(data)
-        total += len(data)
+        chosen.append(path)
+        total += path.stat().st_size
         if total >= max_bytes:
             break
-    data = b"".join(chunks)[:max_bytes]
-    return torch.frombuffer(bytearray(data), dtype=torch.uint8).long()
+    return chosen
 
 
 def _bytes_of(files) -> torch.Tensor:
-    data = b"".join(path.read_bytes() for path in files)
-    return torch.frombuffer(bytearray(data), dtype=torch.uint8).long() if data else torch.zeros(0, dtype=torch.long)
+    data = bytearray(b"".join(path.read_bytes() for path in files))
+    if not data:  # torch.frombuffer refuses an empty buffer
+        return torch.zeros(0, dtype=torch.long)
+    return torch.frombuffer(data, dtype=torch.uint8).long()
+
+
+def stdlib_corpus(max_bytes: int = 2_000_000) -> torch.Tensor:
+    """Up to ``max_bytes`` bytes of standard-library source as a LongTensor ``[n]`` of byte values."""
+    max_bytes = check_int("max_bytes", max_bytes)
+    return _bytes_of(_first_files(max_bytes))[:max_bytes]
 
 
 def stdlib_split(max_bytes: int = 4_000_000, validation_fraction: float = 0.1) -> tuple[torch.Tensor, torch.Tensor]:
@@ -61,12 +66,7 @@ def stdlib_split(max_bytes: int = 4_000_000, validation_fraction: float = 0.1) -
 def split_files(max_bytes: int, validation_fraction: float = 0.1) -> tuple[list[Path], list[Path]]:
     """The file lists behind ``stdlib_split``: (training files, validation files)."""
     every = max(2, round(1 / validation_fraction))
-    chosen, total = [], 0
-    for path in stdlib_files():
-        chosen.append(path)
-        total += path.stat().st_size
-        if total >= max_bytes:
-            break
+    chosen = _first_files(max_bytes)
     validation = chosen[every - 1::every]
     training = [p for p in chosen if p not in validation]
     return training, validation
@@ -78,9 +78,10 @@ def split_files(max_bytes: int, validation_fraction: float = 0.1) -> tuple[list[
 # with next-token cross-entropy learns exactly the task.
 
 TASKS = ("copy", "reverse")
+TASK_VOCAB = 16  # symbols 0..15; the separator is token 16, so models need TASK_VOCAB + 1 tokens
 
 
-def task_batch(task: str, batch_size: int, length: int | tuple[int, int], *, vocab: int = 16,
+def task_batch(task: str, batch_size: int, length: int | tuple[int, int], *, vocab: int = TASK_VOCAB,
                generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """A batch of a synthetic task as (tokens ``[batch, 2n+1]``, targets ``[batch, 2n+1]``).
 

@@ -11,27 +11,26 @@ def make_model(position, **options):
     return TransformerLM(37, 32, 2, 4, position=position, max_len=64, **options).eval()
 
 
+def decode_in_chunks(model, tokens, boundaries):
+    """Logits of feeding ``tokens`` through the KV cache in chunks ending at ``boundaries``."""
+    cache, parts, start = model.new_cache(), [], 0
+    with torch.no_grad():
+        for end in boundaries:
+            parts.append(model(tokens[:, start:end], cache=cache))
+            start = end
+    assert cache.length == tokens.shape[1]
+    return torch.cat(parts, dim=1)
+
+
+@pytest.mark.parametrize("chunks", ["one token at a time", "prompt then chunks"])
 @pytest.mark.parametrize("position", POSITION_METHODS)
-def test_kv_cache_one_token_at_a_time_equals_full_pass(position):
+def test_kv_cache_decoding_equals_full_pass(position, chunks):
     model = make_model(position)
     tokens = torch.randint(0, 37, (2, 24), generator=torch.Generator().manual_seed(1))
+    boundaries = range(1, 25) if chunks == "one token at a time" else [7, 8, 24]
     with torch.no_grad():
         full = model(tokens)
-        cache = model.new_cache()
-        steps = [model(tokens[:, t:t + 1], cache=cache) for t in range(tokens.shape[1])]
-    assert cache.length == 24
-    torch.testing.assert_close(torch.cat(steps, dim=1), full, rtol=0, atol=1e-5)
-
-
-@pytest.mark.parametrize("position", POSITION_METHODS)
-def test_kv_cache_prompt_then_chunks_equals_full_pass(position):
-    model = make_model(position)
-    tokens = torch.randint(0, 37, (1, 20), generator=torch.Generator().manual_seed(2))
-    with torch.no_grad():
-        full = model(tokens)
-        cache = model.new_cache()
-        parts = [model(tokens[:, :7], cache=cache), model(tokens[:, 7:8], cache=cache), model(tokens[:, 8:], cache=cache)]
-    torch.testing.assert_close(torch.cat(parts, dim=1), full, rtol=0, atol=1e-5)
+    torch.testing.assert_close(decode_in_chunks(model, tokens, boundaries), full, rtol=0, atol=1e-5)
 
 
 @pytest.mark.parametrize("options", [{"rope_interleaved": True}, {"rope_base": 500.0},
@@ -42,9 +41,7 @@ def test_kv_cache_with_rope_options(options):
     tokens = torch.randint(0, 37, (1, 16), generator=torch.Generator().manual_seed(3))
     with torch.no_grad():
         full = model(tokens)
-        cache = model.new_cache()
-        steps = torch.cat([model(tokens[:, t:t + 1], cache=cache) for t in range(16)], dim=1)
-    torch.testing.assert_close(steps, full, rtol=0, atol=1e-5)
+    torch.testing.assert_close(decode_in_chunks(model, tokens, range(1, 17)), full, rtol=0, atol=1e-5)
 
 
 @given(seed=st.integers(0, 10_000), seq=st.integers(2, 9))
