@@ -1,6 +1,7 @@
 # make book  : build the HTML book into _build/html (warnings are errors; notebooks are rendered from
 #              their committed outputs, not re-executed)
-# make test  : unit/property tests, notebook-convention tests, then nbval over every notebook in _toc.yml
+# make test  : unit/property tests, notebook-convention tests, the Colab-path test, nbval over every
+#              notebook in _toc.yml, then the browser test over the built book (needs Chromium)
 # make execute [NB=notebooks/01_permutation_problem.ipynb] : re-execute notebooks in place, commit the outputs
 # make clean : remove the build (keeps .venv)
 
@@ -10,7 +11,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: book test unit notebooks execute clean venv
+.PHONY: book test unit notebooks browser execute clean venv
 
 venv: $(STAMP)
 
@@ -29,13 +30,17 @@ book: $(STAMP)
 		echo "make book: FAILED, the build has warnings (treated as errors); see _build/book.log"; exit 1; fi
 	@echo "Book built: _build/html/index.html"
 
-test: unit notebooks
+test: unit notebooks browser
 
 unit: $(STAMP)
-	$(BIN)/python -m pytest tests -q
+	$(BIN)/python -m pytest tests -q -m "not browser"
 
 notebooks: $(STAMP)
 	$(BIN)/python -m pytest --nbval -q --nbval-sanitize-with tests/nbval_sanitize.cfg $$($(BIN)/python tests/notebook_tools.py list)
+
+# The built book in headless Chromium: every toc page, offline, screenshots in _build/browser/
+browser: book
+	$(BIN)/python -m pytest tests/test_browser.py -q
 
 execute: $(STAMP)
 	$(BIN)/python tests/notebook_tools.py execute $(NB)

@@ -26,7 +26,7 @@ import torch.distributed as dist
 from . import __version__, data
 from .attention import POSITION_METHODS
 from .model import TransformerLM
-from .train import TrainConfig, default_device, exact_match, perplexity, train_model
+from .train import TrainConfig, default_device, perplexity, task_accuracy, train_model
 
 # Each preset fixes everything about a study except the seeds' outcomes.
 PRESETS = {
@@ -42,11 +42,12 @@ PRESETS = {
     },
     "length_generalisation": {
         "tiny": dict(dim=32, layers=1, heads=2, train_max=4, test_lengths=[4, 8], steps=6, batch=8, seeds=[0],
-                     methods=["none", "rope"], tasks=["copy"], warmup=2),
-        "ci": dict(dim=64, layers=2, heads=4, train_max=8, test_lengths=[8, 16, 24, 32], steps=200, batch=32,
-                   seeds=[0, 1, 2], methods=list(POSITION_METHODS), tasks=["copy", "reverse"], warmup=20),
-        "full": dict(dim=96, layers=3, heads=4, train_max=16, test_lengths=[16, 32, 48, 64], steps=2000, batch=32,
-                     seeds=[0, 1, 2], methods=list(POSITION_METHODS), tasks=["copy", "reverse"], warmup=100),
+                     methods=["none", "rope"], tasks=["copy"], warmup=2, lr=1e-3),
+        "ci": dict(dim=64, layers=2, heads=4, train_max=8, test_lengths=[8, 12, 16, 24, 32], steps=1000, batch=32,
+                   seeds=[0], methods=list(POSITION_METHODS), tasks=["copy"], warmup=100, lr=1e-3),
+        "full": dict(dim=64, layers=2, heads=4, train_max=8, test_lengths=[8, 12, 16, 24, 32], steps=2500,
+                     batch=32, seeds=[0, 1, 2], methods=list(POSITION_METHODS), tasks=["copy", "reverse"],
+                     warmup=250, lr=1e-3),
     },
 }
 
@@ -109,25 +110,26 @@ def run_head_to_head(config: dict, method: str, seed: int, checkpoint_dir: Path 
 
 
 def run_length_generalisation(config: dict, method: str, seed: int, checkpoint_dir: Path | None) -> dict:
-    """Train on copy/reverse with lengths 1..train_max; exact match at each test length."""
-    result = {"method": method, "seed": seed, "exact_match": {}, "train_seconds": 0.0}
+    """Train on copy/reverse with lengths 1..train_max; exact match and token accuracy at each test length."""
+    result = {"method": method, "seed": seed, "exact_match": {}, "token_accuracy": {}, "train_seconds": 0.0}
     for task in config["tasks"]:
         torch.manual_seed(seed)
         model = make_model(method, config, data.TASK_VOCAB + 1, max_len=2 * config["train_max"] + 1)
-        train_config = TrainConfig(steps=config["steps"], warmup=config["warmup"], seed=seed,
+        train_config = TrainConfig(steps=config["steps"], warmup=config["warmup"], seed=seed, lr=config["lr"],
                                    log_every=max(1, config["steps"] // 20))
         start = time.perf_counter()
         train_model(model, lambda g: data.task_batch(task, config["batch"], (1, config["train_max"]), generator=g),
                     train_config)
         result["train_seconds"] += time.perf_counter() - start
-        scores = {}
+        exact, per_token = {}, {}
         if _rank() == 0:
             for n in config["test_lengths"]:
                 if method == "learned" and n > config["train_max"]:  # beyond the learned table
-                    scores[str(n)] = None
+                    exact[str(n)] = per_token[str(n)] = None
                     continue
-                scores[str(n)] = exact_match(model, lambda g, n=n: data.task_batch(task, 64, n, generator=g))
-        result["exact_match"][task] = scores
+                scores = task_accuracy(model, lambda g, n=n: data.task_batch(task, 64, n, generator=g))
+                exact[str(n)], per_token[str(n)] = scores["exact_match"], scores["token_accuracy"]
+        result["exact_match"][task], result["token_accuracy"][task] = exact, per_token
     return result
 
 

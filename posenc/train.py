@@ -129,17 +129,30 @@ def perplexity(model: torch.nn.Module, data: torch.Tensor, seq_len: int, *, max_
 
 
 @torch.no_grad()
-def exact_match(model: torch.nn.Module, batch_fn, *, batches: int = 4, seed: int = 1234, device=None) -> float:
-    """Fraction of sequences whose every scored target (targets != -100) is the model's argmax."""
+def task_accuracy(model: torch.nn.Module, batch_fn, *, batches: int = 4, seed: int = 1234,
+                  device=None) -> dict[str, float]:
+    """Score a synthetic task with teacher forcing: ``{"exact_match": ..., "token_accuracy": ...}``.
+
+    ``exact_match`` is the fraction of sequences whose every scored target (targets != -100) is the
+    model's argmax; ``token_accuracy`` the fraction of scored targets that are. Chance token accuracy on a
+    task over v symbols is 1/v; exact match on n answer tokens needs all n right.
+    """
     device = torch.device(device) if device is not None else next(model.parameters()).device
     generator = torch.Generator().manual_seed(seed)
     model.eval()
-    correct, total = 0, 0
+    sequences_right = sequences = tokens_right = tokens_scored = 0
     for _ in range(batches):
         tokens, targets = batch_fn(generator)
         predicted = model(tokens.to(device)).argmax(-1).cpu()
         scored = targets != -100
-        ok = ((predicted == targets) | ~scored).all(dim=1)
-        correct += int(ok.sum())
-        total += ok.numel()
-    return correct / total
+        right = (predicted == targets) & scored
+        sequences_right += int((right | ~scored).all(dim=1).sum())
+        sequences += tokens.shape[0]
+        tokens_right += int(right.sum())
+        tokens_scored += int(scored.sum())
+    return {"exact_match": sequences_right / sequences, "token_accuracy": tokens_right / max(1, tokens_scored)}
+
+
+def exact_match(model: torch.nn.Module, batch_fn, *, batches: int = 4, seed: int = 1234, device=None) -> float:
+    """Fraction of sequences whose every scored target (targets != -100) is the model's argmax."""
+    return task_accuracy(model, batch_fn, batches=batches, seed=seed, device=device)["exact_match"]

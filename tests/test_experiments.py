@@ -11,7 +11,7 @@ import torch
 
 from posenc import TransformerLM, data
 from posenc.experiments import load_checkpoint, run_study, save_checkpoint
-from posenc.train import TrainConfig, exact_match, learning_rate, perplexity, train_model
+from posenc.train import TrainConfig, exact_match, learning_rate, perplexity, task_accuracy, train_model
 
 
 def test_split_is_by_file_with_no_validation_file_in_training():
@@ -69,6 +69,22 @@ def test_exact_match_of_a_perfect_and_a_wrong_model():
     batches = lambda g: data.task_batch("copy", 8, 4, generator=g)
     assert exact_match(Oracle(1), batches) == 1.0
     assert exact_match(Oracle(0), batches) < 0.01
+
+
+def test_token_accuracy_counts_answer_tokens_only():
+    class OffByOneAtStart(torch.nn.Module):  # right on every answer token except the first
+        def __init__(self):
+            super().__init__()
+            self.dummy = torch.nn.Parameter(torch.zeros(1))
+
+        def forward(self, tokens):
+            nxt = torch.roll(tokens, -1, dims=1)
+            n = (tokens.shape[1] - 1) // 2
+            nxt[:, n] = (nxt[:, n] + 1) % data.TASK_VOCAB  # the separator's prediction is wrong
+            return torch.nn.functional.one_hot(nxt, 17).float()
+
+    scores = task_accuracy(OffByOneAtStart(), lambda g: data.task_batch("reverse", 8, 5, generator=g))
+    assert scores == {"exact_match": 0.0, "token_accuracy": 4 / 5}
 
 
 def test_warmup_then_cosine():
