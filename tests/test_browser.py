@@ -29,7 +29,9 @@ ARTIFACTS = ROOT / "_build" / "browser"
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 PAGES = [f"{name}.html" for name in toc_files()]
-SCREENSHOTS = {"book/intro.html": "intro.png", "notebooks/03_sinusoidal.html": "03_sinusoidal.png"}
+# page -> (file, element to frame or None for the viewport)
+SCREENSHOTS = {"book/intro.html": ("intro.png", None),
+               "notebooks/03_sinusoidal.html": ("03_sinusoidal_animation.png", ".animation")}
 
 
 def chromium_path() -> str | None:
@@ -123,7 +125,9 @@ def visits(server, browser):
             }""")
         facts.update(errors=visit.errors, blocked=visit.blocked, failed=visit.failed)
         if page_path in SCREENSHOTS:
-            visit.page.screenshot(path=str(ARTIFACTS / SCREENSHOTS[page_path]), full_page=False)
+            name, selector = SCREENSHOTS[page_path]
+            target = visit.page.locator(selector).first if selector else visit.page
+            target.screenshot(path=str(ARTIFACTS / name))
         results[page_path] = facts
         visit.close()
     return results
@@ -198,5 +202,5 @@ def test_search_finds_rotary(server, browser):
 
 
 def test_screenshots_were_saved(visits):
-    for name in SCREENSHOTS.values():
+    for name, _ in SCREENSHOTS.values():
         assert (ARTIFACTS / name).stat().st_size > 10_000
