@@ -159,12 +159,16 @@ def test_chapters_with_math_and_figures_show_them(visits):
 
 
 @pytest.mark.parametrize("page_path", [p for p in PAGES if p.startswith("notebooks/")])
-def test_colab_link_opens_this_chapter_on_main(visits, page_path):
+def test_launch_and_download_buttons_point_at_this_chapter(visits, server, page_path):
     owner_repo = urllib.parse.urlparse(repository_url()).path.strip("/")
-    expected = (f"https://colab.research.google.com/github/{owner_repo}/blob/main/"
-                f"{page_path.removesuffix('.html')}.ipynb")
-    colab = [link for link in visits[page_path]["links"] if link.startswith("https://colab.research.google.com")]
-    assert colab == [expected]
+    notebook = f"{page_path.removesuffix('.html')}.ipynb"
+    links = visits[page_path]["links"]
+    colab = [link for link in links if link.startswith("https://colab.research.google.com")]
+    assert colab == [f"https://colab.research.google.com/github/{owner_repo}/blob/main/{notebook}"]
+    binder = [link for link in links if link.startswith("https://mybinder.org")]
+    assert binder == [f"https://mybinder.org/v2/gh/{owner_repo}/main?urlpath=tree/{notebook}"]
+    assert f"{server}/_sources/{notebook}" in links  # download as .ipynb (resolves: see below)
+    assert repository_url() in links
 
 
 def test_internal_links_resolve(visits, server):
