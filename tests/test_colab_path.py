@@ -35,6 +35,13 @@ print("executed", len(nb.cells), "cells")
 """
 
 
+SHIPPED = """
+from importlib import resources
+for name in ("head_to_head_full", "length_generalisation_full"):
+    assert resources.files("posenc").joinpath(f"results/{name}.json").is_file(), name
+"""
+
+
 def run(python: Path, *args: str, env: dict, cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run([str(python), *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=900)
 
@@ -63,3 +70,6 @@ def test_setup_cell_installs_posenc_in_a_fresh_environment(tmp_path):
     after = run(python, "-c", "import posenc; print(posenc.__file__)", env=env, cwd=tmp_path)
     assert after.returncode == 0 and str(env_dir) in after.stdout  # installed into the fresh environment
     assert sys.prefix not in after.stdout
+    # the measured results chapters 10 and 12 read ship inside the installed package
+    shipped = run(python, "-c", SHIPPED, env=env, cwd=tmp_path)
+    assert shipped.returncode == 0, shipped.stderr
