@@ -212,6 +212,55 @@ def rotate_pairs(x: torch.Tensor, *, interleaved: bool = False) -> torch.Tensor:
     return torch.cat((-second, first), dim=-1)
 
 
+def rope_formula(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, interleaved: bool = False) -> torch.Tensor:
+    """RoPE as usually written, ``x * cos + rotate_pairs(x) * sin``, with no checks and no fast path.
+
+    The definition ``apply_rope`` must agree with, and the function to hand to ``torch.compile``
+    (``compile_apply_rope``), which fuses it into one pass. Eager, it makes five passes over ``x``.
+    """
+    return x * cos + rotate_pairs(x, interleaved=interleaved) * sin
+
+
+def _angles_repeat_per_pair(cos: torch.Tensor, sin: torch.Tensor, interleaved: bool) -> bool:
+    # The fast paths read one angle per pair; that is only right if cos/sin repeat it the way
+    # rope_cos_sin lays them out. Anything else takes the general formula.
+    if interleaved:
+        return torch.equal(cos[..., 0::2], cos[..., 1::2]) and torch.equal(sin[..., 0::2], sin[..., 1::2])
+    half = cos.shape[-1] // 2
+    return torch.equal(cos[..., :half], cos[..., half:]) and torch.equal(sin[..., :half], sin[..., half:])
+
+
+def _rotate_interleaved(x: torch.Tensor, cos_half: torch.Tensor, sin_half: torch.Tensor) -> torch.Tensor:
+    # Pairs (2i, 2i+1) are adjacent, so they are complex numbers: one complex multiplication by
+    # cos + i sin rotates them all in a single pass over x (and it is differentiable).
+    pairs = torch.view_as_complex(x.unflatten(-1, (-1, 2)))
+    return torch.view_as_real(pairs * torch.complex(cos_half, sin_half)).flatten(-2)
+
+
+def _rotate_halves(x: torch.Tensor, cos_half: torch.Tensor, sin_half: torch.Tensor) -> torch.Tensor:
+    # (x1, x2) -> (x1 cos - x2 sin, x2 cos + x1 sin), written straight into the two halves of the
+    # output: no rotated copy of x and no concatenation.
+    half = x.shape[-1] // 2
+    out = torch.empty_like(x, memory_format=torch.contiguous_format)
+    x1, x2, out1, out2 = x[..., :half], x[..., half:], out[..., :half], out[..., half:]
+    torch.mul(x1, cos_half, out=out1).addcmul_(x2, sin_half, value=-1)
+    torch.mul(x2, cos_half, out=out2).addcmul_(x1, sin_half)
+    return out
+
+
+class _HalfSplitRotation(torch.autograd.Function):
+    # out= kernels have no autograd; the gradient of a rotation is the rotation by minus the angle.
+    @staticmethod
+    def forward(ctx, x, cos_half, sin_half):
+        ctx.save_for_backward(cos_half, sin_half)
+        return _rotate_halves(x, cos_half, sin_half)
+
+    @staticmethod
+    def backward(ctx, grad):
+        cos_half, sin_half = ctx.saved_tensors
+        return _rotate_halves(grad, cos_half, -sin_half), None, None
+
+
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, interleaved: bool = False) -> torch.Tensor:
     """Rotate feature pairs of ``x`` counter-clockwise by the angles whose cos and sin are given.
 
@@ -224,6 +273,11 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, interle
 
     Returns:
         Tensor of the same shape and dtype as ``x``; the arithmetic is done in at least float32.
+
+    Equal to ``rope_formula`` (``x * cos + rotate_pairs(x) * sin``) but in about one pass over memory
+    instead of five: interleaved pairs as one complex multiplication, half-split pairs written straight
+    into the output (with a custom backward, since that kernel has no autograd). Tables not laid out as
+    ``rope_cos_sin`` lays them out (each angle once per pair member) take the general formula.
     """
     check_tensor("x", x, min_dim=2)
     check_tensor("cos", cos, min_dim=2)
@@ -236,9 +290,29 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, interle
         raise ValueError(f"cos/sin must end in [seq, head_dim] = {list(x.shape[-2:])} to match x, "
                          f"got {list(cos.shape[-2:])}")
     compute = torch.promote_types(x.dtype, torch.float32)
-    xc = x.to(compute)
-    out = xc * cos.to(compute) + rotate_pairs(xc, interleaved=interleaved) * sin.to(compute)
+    xc, cos, sin = x.to(compute), cos.to(compute), sin.to(compute)
+    fast = (torch.broadcast_shapes(x.shape, cos.shape) == x.shape and not (cos.requires_grad or sin.requires_grad)
+            and _angles_repeat_per_pair(cos, sin, interleaved))
+    if not fast:
+        out = rope_formula(xc, cos, sin, interleaved=interleaved)
+    elif interleaved:
+        out = _rotate_interleaved(xc.contiguous(), cos[..., 0::2], sin[..., 0::2])
+    else:
+        half = x.shape[-1] // 2
+        out = _HalfSplitRotation.apply(xc, cos[..., :half], sin[..., :half])
     return out.to(x.dtype)
+
+
+def compile_apply_rope(**compile_options):
+    """``rope_formula`` through ``torch.compile``: one fused kernel, about the speed of copying ``x``.
+
+    Needs a working compiler (a C++ compiler on CPU, Triton on GPU); the first call for each new shape
+    compiles (seconds). Takes the same arguments as ``rope_formula`` and does no checks; use
+    ``apply_rope`` where no compiler is available. ``compile_options`` go to ``torch.compile``
+    (default ``dynamic=False``).
+    """
+    compile_options.setdefault("dynamic", False)
+    return torch.compile(rope_formula, **compile_options)
 
 
 class RotaryEmbedding(nn.Module):
