@@ -127,6 +127,10 @@ class MultiHeadAttention(nn.Module):
         if self.position == "alibi" and self.causal and not need_weights:
             y = alibi.alibi_attention(q, k, v, slopes=self.slopes, causal=True)
             weights = None
+        elif self.causal and seq == k_len and not need_weights and self.position != "t5":
+            # no score bias and no cache: PyTorch's fused causal kernel, no [seq, seq] mask built
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            weights = None
         else:
             bias = self.score_bias(seq, k_len)
             if self.causal:

@@ -215,8 +215,7 @@ def rotate_pairs(x: torch.Tensor, *, interleaved: bool = False) -> torch.Tensor:
 def rope_formula(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, interleaved: bool = False) -> torch.Tensor:
     """RoPE as usually written, ``x * cos + rotate_pairs(x) * sin``, with no checks and no fast path.
 
-    The definition ``apply_rope`` must agree with, and the function to hand to ``torch.compile``
-    (``compile_apply_rope``), which fuses it into one pass. Eager, it makes five passes over ``x``.
+    The definition ``apply_rope`` must agree with; eager, it makes about five passes over ``x``.
     """
     return x * cos + rotate_pairs(x, interleaved=interleaved) * sin
 
@@ -237,14 +236,27 @@ def _rotate_interleaved(x: torch.Tensor, cos_half: torch.Tensor, sin_half: torch
     return torch.view_as_real(pairs * torch.complex(cos_half, sin_half)).flatten(-2)
 
 
+# Chunks of about this many bytes keep the second pass over each chunk in the CPU's cache.
+_CHUNK_BYTES = 2 * 2**20
+
+
 def _rotate_halves(x: torch.Tensor, cos_half: torch.Tensor, sin_half: torch.Tensor) -> torch.Tensor:
     # (x1, x2) -> (x1 cos - x2 sin, x2 cos + x1 sin), written straight into the two halves of the
-    # output: no rotated copy of x and no concatenation.
-    half = x.shape[-1] // 2
+    # output: no rotated copy of x and no concatenation. When the tables are shared by all leading
+    # dimensions (batch, heads), go a few heads at a time so that each chunk is still in cache when
+    # the second operation reads it back.
+    half, (seq, dim) = x.shape[-1] // 2, x.shape[-2:]
     out = torch.empty_like(x, memory_format=torch.contiguous_format)
-    x1, x2, out1, out2 = x[..., :half], x[..., half:], out[..., :half], out[..., half:]
-    torch.mul(x1, cos_half, out=out1).addcmul_(x2, sin_half, value=-1)
-    torch.mul(x2, cos_half, out=out2).addcmul_(x1, sin_half)
+    if cos_half.dim() == 2 and x.dim() > 2:
+        xs, outs = x.reshape(-1, seq, dim), out.view(-1, seq, dim)
+        step = max(1, _CHUNK_BYTES // (seq * dim * x.element_size()))
+        chunks = [(xs[i:i + step], outs[i:i + step]) for i in range(0, xs.shape[0], step)]
+    else:
+        chunks = [(x, out)]
+    for x_part, out_part in chunks:
+        x1, x2, out1, out2 = x_part[..., :half], x_part[..., half:], out_part[..., :half], out_part[..., half:]
+        torch.mul(x1, cos_half, out=out1).addcmul_(x2, sin_half, value=-1)
+        torch.mul(x2, cos_half, out=out2).addcmul_(x1, sin_half)
     return out
 
 
@@ -303,16 +315,36 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, interle
     return out.to(x.dtype)
 
 
-def compile_apply_rope(**compile_options):
-    """``rope_formula`` through ``torch.compile``: one fused kernel, about the speed of copying ``x``.
+def _rope_by_pairs(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, interleaved: bool = False):
+    # The same rotation written pair by pair, (a, b) -> (a cos - b sin, b cos + a sin): the form that
+    # torch.compile fuses best (one read of x, one write of the result).
+    if interleaved:
+        a, b, c, s = x[..., 0::2], x[..., 1::2], cos[..., 0::2], sin[..., 0::2]
+        return torch.stack((a * c - b * s, b * c + a * s), dim=-1).flatten(-2)
+    half = x.shape[-1] // 2
+    a, b, c, s = x[..., :half], x[..., half:], cos[..., :half], sin[..., :half]
+    return torch.cat((a * c - b * s, b * c + a * s), dim=-1)
 
-    Needs a working compiler (a C++ compiler on CPU, Triton on GPU); the first call for each new shape
-    compiles (seconds). Takes the same arguments as ``rope_formula`` and does no checks; use
-    ``apply_rope`` where no compiler is available. ``compile_options`` go to ``torch.compile``
-    (default ``dynamic=False``).
+
+def compile_apply_rope(**compile_options):
+    """RoPE at about the speed of copying ``x``, through ``torch.compile`` where that helps.
+
+    Returns ``f(x, cos, sin, *, interleaved=False)`` for float32/float64 ``x`` and tables from
+    ``rope_cos_sin`` (no checks, no fallback for other tables). Half-split pairs go through one
+    compiled, fused kernel; interleaved pairs through ``apply_rope``'s complex multiplication, which is
+    already a single pass. Needs a working compiler (a C++ compiler on CPU, Triton on GPU); the first
+    call for each new shape compiles (seconds). ``compile_options`` go to ``torch.compile`` (default
+    ``dynamic=False``). Where no compiler is available, use ``apply_rope``.
     """
     compile_options.setdefault("dynamic", False)
-    return torch.compile(rope_formula, **compile_options)
+    compiled = torch.compile(_rope_by_pairs, **compile_options)
+
+    def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, interleaved: bool = False):
+        if interleaved:
+            return _rotate_interleaved(x.contiguous(), cos[..., 0::2], sin[..., 0::2])
+        return compiled(x, cos, sin)
+
+    return rope
 
 
 class RotaryEmbedding(nn.Module):

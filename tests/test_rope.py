@@ -291,12 +291,14 @@ def test_fast_apply_rope_gradient(interleaved):
     torch.testing.assert_close(fast, plain, rtol=0, atol=1e-12)
 
 
-def test_compiled_rope_equals_apply_rope():
+@pytest.mark.parametrize("interleaved", [False, True])
+def test_compiled_rope_equals_apply_rope(interleaved):
     from posenc.rope import compile_apply_rope
 
     torch.manual_seed(3)
     inv_freq, _ = rope_frequencies(16)
-    cos, sin = rope_cos_sin(torch.arange(12), inv_freq)
+    cos, sin = rope_cos_sin(torch.arange(12), inv_freq, interleaved=interleaved)
     x = torch.randn(1, 2, 12, 16)
     compiled = compile_apply_rope()
-    torch.testing.assert_close(compiled(x, cos, sin), apply_rope(x, cos, sin), rtol=0, atol=1e-6)
+    torch.testing.assert_close(compiled(x, cos, sin, interleaved=interleaved).double(),
+                               _formula64(x, cos, sin, interleaved), rtol=0, atol=1e-6)

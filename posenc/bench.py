@@ -1,0 +1,273 @@
+"""Benchmarks of posenc's hot paths against what a reader would otherwise write.
+
+    python -m posenc.bench                 # the issue's sizes (about a minute on a laptop CPU)
+    python -m posenc.bench --size small    # quick look (seconds); --size tiny is for tests
+    python -m posenc.bench --compile       # also time torch.compile'd RoPE (one-off compile reported)
+    python -m posenc.bench --json out.json
+
+Three measurements, each as a ratio to a baseline timed in the same process, in interleaved rounds
+(median of the rounds), so that the ratios hold on any machine even where the absolute times do not:
+
+- ``apply_rope`` on q of shape ``[1, heads, T, head_dim]``, both pairings, against copying q
+  (``q.clone()``, the floor for any out-of-place op) and against the ``rotate_half`` formulation
+  (``q * cos + rotate_half(q) * sin``). Each result is also compared with a float64 reference.
+- causal ``alibi_attention`` at inference against ``scaled_dot_product_attention`` with no bias (the
+  floor) and with a materialised ``[heads, T, T]`` ALiBi bias (the obvious alternative), plus the peak
+  memory of each at T and 2T, measured in a fresh process.
+- one training step (forward, backward, AdamW) of chapter 10's ``TransformerLM`` for every position
+  method, against the same model with no positions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+from . import __version__
+from .alibi import alibi_attention, alibi_bias, causal_mask
+from .attention import POSITION_METHODS
+from .model import TransformerLM
+from .rope import apply_rope, compile_apply_rope, rope_cos_sin, rope_formula, rope_frequencies
+
+SIZES = {
+    # rope: (heads, T, head_dim); alibi: (heads, T, head_dim); train: chapter 10's full preset
+    "tiny": dict(rope=(2, 16, 8), alibi=(2, 32, 8), train=dict(dim=32, layers=1, heads=2, seq=16, batch=2),
+                 rounds=3),
+    "small": dict(rope=(8, 1024, 64), alibi=(8, 512, 64), train=dict(dim=96, layers=3, heads=4, seq=128, batch=16),
+                  rounds=7),
+    "issue": dict(rope=(32, 4096, 128), alibi=(8, 2048, 64),
+                  train=dict(dim=96, layers=3, heads=4, seq=128, batch=16), rounds=21),
+}
+
+
+def timed_rounds(candidates: dict, rounds: int, warmup: int = 2) -> dict[str, float]:
+    """Median seconds per call of each ``name -> fn``, timed in interleaved rounds."""
+    for fn in candidates.values():
+        for _ in range(warmup):
+            fn()
+    times = {name: [] for name in candidates}
+    for _ in range(rounds):
+        for name, fn in candidates.items():
+            start = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(values) for name, values in times.items()}
+
+
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    """The Hugging Face / GPT-NeoX helper, as readers write it."""
+    first, second = x.chunk(2, dim=-1)
+    return torch.cat((-second, first), dim=-1)
+
+
+def _reference64(x, cos, sin, interleaved):
+    x, cos, sin = x.double(), cos.double(), sin.double()
+    if interleaved:
+        rotated = torch.stack((-x[..., 1::2], x[..., 0::2]), dim=-1).flatten(-2)
+    else:
+        rotated = rotate_half(x)
+    return x * cos + rotated * sin
+
+
+def bench_rope(heads: int, seq: int, head_dim: int, rounds: int, compile_too: bool) -> list[dict]:
+    torch.manual_seed(0)
+    q = torch.randn(1, heads, seq, head_dim)
+    inv_freq, _ = rope_frequencies(head_dim)
+    rows = []
+    for interleaved in (False, True):
+        cos, sin = rope_cos_sin(torch.arange(seq), inv_freq, interleaved=interleaved)
+        candidates = {
+            "copy (q.clone())": lambda: q.clone(),
+            "rotate_half formula": lambda: rope_formula(q, cos, sin, interleaved=interleaved),
+            "posenc apply_rope": lambda: apply_rope(q, cos, sin, interleaved=interleaved),
+        }
+        compile_seconds = None
+        if compile_too:
+            compiled = compile_apply_rope()
+            start = time.perf_counter()
+            compiled(q, cos, sin, interleaved=interleaved)
+            compile_seconds = time.perf_counter() - start
+            candidates["posenc compile_apply_rope"] = lambda: compiled(q, cos, sin, interleaved=interleaved)
+        seconds = timed_rounds(candidates, rounds)
+        reference = _reference64(q, cos, sin, interleaved)
+        errors = {"posenc apply_rope": (apply_rope(q, cos, sin, interleaved=interleaved).double()
+                                        - reference).abs().max().item()}
+        if compile_too:
+            errors["posenc compile_apply_rope"] = (compiled(q, cos, sin, interleaved=interleaved).double()
+                                                   - reference).abs().max().item()
+        rows.append({
+            "operation": f"apply_rope {'interleaved' if interleaved else 'half-split'} "
+                         f"[1, {heads}, {seq}, {head_dim}] fp32",
+            "seconds": seconds, "baseline": "copy (q.clone())", "alternative": "rotate_half formula",
+            "max_abs_error_vs_float64": errors, "compile_seconds": compile_seconds,
+        })
+    return rows
+
+
+ALIBI_VARIANTS = ("SDPA causal, no bias", "SDPA + materialised ALiBi bias", "posenc alibi_attention")
+
+
+def _alibi_case(name: str, heads: int, seq: int, head_dim: int):
+    """Inputs for one variant (and, for the materialised one, its bias, built once as a cache would)."""
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(1, heads, seq, head_dim) for _ in range(3))
+    if name == "SDPA causal, no bias":
+        return lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    if name == "SDPA + materialised ALiBi bias":
+        bias = alibi_bias(heads, seq).masked_fill(~causal_mask(seq, seq), float("-inf"))
+        return lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
+    if name == "posenc alibi_attention":
+        return lambda: alibi_attention(q, k, v)
+    raise ValueError(f"unknown variant {name!r}")
+
+
+_MEMORY_PROBE = """
+import torch
+from posenc.bench import _alibi_case
+
+
+def status(field):  # kB -> bytes, from /proc/self/status (Linux)
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) * 1024 for line in f if line.startswith(field))
+
+
+torch.set_num_threads({threads})
+_alibi_case({name!r}, {heads}, 64, {head_dim})()  # load kernels and start threads first
+with open("/proc/self/clear_refs", "w") as f:
+    f.write("5")  # reset the peak (VmHWM) to the current resident size
+before = status("VmRSS:")
+_alibi_case({name!r}, {heads}, {seq}, {head_dim})()
+print(status("VmHWM:") - before)
+"""
+
+
+def peak_memory_bytes(name: str, heads: int, seq: int, head_dim: int) -> int:
+    """Peak resident-memory growth of a fresh process while it builds one variant's inputs (q, k, v and,
+    for the materialised variant, its bias) and runs it once: everything the variant needs. Linux only
+    (it resets the peak through /proc/self/clear_refs)."""
+    code = _MEMORY_PROBE.format(threads=torch.get_num_threads(), heads=heads, seq=seq, head_dim=head_dim,
+                                name=name)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return int(done.stdout.strip().splitlines()[-1])
+
+
+def bench_alibi(heads: int, seq: int, head_dim: int, rounds: int, memory: bool) -> list[dict]:
+    candidates = {name: _alibi_case(name, heads, seq, head_dim) for name in ALIBI_VARIANTS}
+    seconds = timed_rounds(candidates, rounds)
+    fast = candidates["posenc alibi_attention"]()
+    materialised = candidates["SDPA + materialised ALiBi bias"]()
+    row = {"operation": f"causal ALiBi attention, {heads} heads, T={seq}, head_dim {head_dim}, fp32",
+           "seconds": seconds, "baseline": "SDPA causal, no bias", "alternative": "SDPA + materialised ALiBi bias",
+           "max_abs_error_vs_materialised": (fast - materialised).abs().max().item(),
+           "inputs_bytes": 4 * heads * seq * head_dim * 4, "bias_bytes": heads * seq * seq * 4}
+    if memory:
+        row["peak_memory_bytes"] = {
+            str(length): {name: peak_memory_bytes(name, heads, length, head_dim) for name in ALIBI_VARIANTS}
+            for length in (seq, 2 * seq)}
+    return [row]
+
+
+def bench_train_step(dim: int, layers: int, heads: int, seq: int, batch: int, rounds: int) -> list[dict]:
+    generator = torch.Generator().manual_seed(0)
+    tokens = torch.randint(0, 256, (batch, seq + 1), generator=generator)
+    candidates = {}
+    for method in POSITION_METHODS:
+        torch.manual_seed(0)
+        model = TransformerLM(256, dim, layers, heads, position=method, max_len=seq)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+
+        def step(model=model, optimizer=optimizer):
+            logits = model(tokens[:, :-1])
+            loss = F.cross_entropy(logits.flatten(0, 1), tokens[:, 1:].flatten())
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+
+        candidates[f"train step, {method}"] = step
+    seconds = timed_rounds(candidates, rounds)
+    return [{"operation": f"TransformerLM training step (width {dim}, {layers} layers, batch {batch} x {seq})",
+             "seconds": seconds, "baseline": "train step, none", "alternative": None}]
+
+
+def environment() -> dict:
+    return {"posenc": __version__, "torch": torch.__version__, "python": platform.python_version(),
+            "platform": platform.platform(), "processor": platform.processor() or platform.machine(),
+            "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+            "compiler": "available" if _has_compiler() else "none found"}
+
+
+def _has_compiler() -> bool:
+    from shutil import which
+
+    return any(which(c) for c in ("cc", "gcc", "clang", "c++", "g++"))
+
+
+def run(size: str = "issue", *, compile_too: bool = False, memory: bool = True) -> dict:
+    """Run every benchmark at a named size; returns ``{"environment", "size", "rows"}``."""
+    if size not in SIZES:
+        raise ValueError(f"size must be one of {sorted(SIZES)}, got {size!r}")
+    config = SIZES[size]
+    rows = bench_rope(*config["rope"], config["rounds"], compile_too)
+    rows += bench_alibi(*config["alibi"], config["rounds"], memory)
+    rows += bench_train_step(**config["train"], rounds=max(3, config["rounds"]))
+    return {"environment": environment(), "size": size, "rows": rows}
+
+
+def format_table(result: dict) -> str:
+    """The result as a plain-text table: time, ratio to the row's baseline, and notes."""
+    lines = []
+    env = result["environment"]
+    lines.append(f"posenc {env['posenc']}, torch {env['torch']}, Python {env['python']}, "
+                 f"{env['processor']}, {env['cpu_count']} CPUs, {env['torch_threads']} torch threads")
+    for row in result["rows"]:
+        lines.append("")
+        lines.append(row["operation"])
+        base = row["seconds"][row["baseline"]]
+        for name, seconds in row["seconds"].items():
+            note = ""
+            if name == row["baseline"]:
+                note = "baseline"
+            elif row.get("alternative") and name != row["alternative"]:
+                note = f"{row['seconds'][row['alternative']] / seconds:.1f}x faster than the alternative"
+            lines.append(f"  {name:<34} {seconds * 1e3:9.2f} ms  x{seconds / base:5.2f}  {note}")
+        if row.get("compile_seconds") is not None:
+            lines.append(f"  (one-off compilation: {row['compile_seconds']:.1f} s)")
+        for name, error in row.get("max_abs_error_vs_float64", {}).items():
+            lines.append(f"  {name}: max |error| vs float64 reference {error:.1e}")
+        if "max_abs_error_vs_materialised" in row:
+            lines.append(f"  max |difference| vs the materialised bias: {row['max_abs_error_vs_materialised']:.1e}")
+        for length, peaks in row.get("peak_memory_bytes", {}).items():
+            cells = ", ".join(f"{name} {peak / 2**20:.0f} MiB" for name, peak in peaks.items())
+            lines.append(f"  peak memory growth at T={length}: {cells}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m posenc.bench", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--size", default="issue", choices=sorted(SIZES))
+    parser.add_argument("--compile", action="store_true", help="also time compile_apply_rope")
+    parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory probes")
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    parser.add_argument("--json", default=None, help="also write the result to this JSON file")
+    args = parser.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    result = run(args.size, compile_too=args.compile, memory=not args.no_memory)
+    print(format_table(result))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
