@@ -2,6 +2,7 @@
 
     python -m posenc.experiments head_to_head --preset ci --out results/head_to_head_ci.json
     python -m posenc.experiments length_generalisation --preset full --out results/lg.json --resume
+    python -m posenc.experiments context_extension --preset full --out results/ce.json
     torchrun --nproc_per_node=2 -m posenc.experiments head_to_head --preset tiny --out /tmp/h.json
 
 Every result file records the configuration, seeds, package versions, hardware and wall time, and is
@@ -48,6 +49,18 @@ PRESETS = {
         "full": dict(dim=64, layers=2, heads=4, train_max=8, test_lengths=[8, 12, 16, 24, 32], steps=2500,
                      batch=32, seeds=[0, 1, 2], methods=list(POSITION_METHODS), tasks=["copy", "reverse"],
                      warmup=250, lr=1e-3),
+    },
+    # chapter 7: one RoPE model per seed, zero-shot context extension, then a short fine-tune at 2L
+    "context_extension": {
+        "tiny": dict(dim=32, layers=1, heads=2, train_len=16, steps=6, batch=4, seeds=[0], methods=["rope"],
+                     max_bytes=400_000, eval_tokens=1024, warmup=2, factors=[2, 4],
+                     fine_tune=["PI", "YaRN"], fine_tune_steps=4, fine_tune_batch=2),
+        "ci": dict(dim=96, layers=3, heads=4, train_len=128, steps=500, batch=16, seeds=[0], methods=["rope"],
+                   max_bytes=4_000_000, eval_tokens=16384, warmup=50, factors=[2, 4],
+                   fine_tune=["PI", "YaRN"], fine_tune_steps=150, fine_tune_batch=8),
+        "full": dict(dim=96, layers=3, heads=4, train_len=128, steps=500, batch=16, seeds=[0, 1, 2],
+                     methods=["rope"], max_bytes=4_000_000, eval_tokens=16384, warmup=50, factors=[2, 4],
+                     fine_tune=["PI", "YaRN"], fine_tune_steps=150, fine_tune_batch=8),
     },
 }
 
@@ -133,7 +146,73 @@ def run_length_generalisation(config: dict, method: str, seed: int, checkpoint_d
     return result
 
 
-STUDIES = {"head_to_head": run_head_to_head, "length_generalisation": run_length_generalisation}
+CONTEXT_RECIPES = ("none", "PI", "NTK-aware", "dynamic NTK", "YaRN", "Llama 3")
+
+
+def rope_recipe(name: str, factor: float, train_len: int) -> dict | None:
+    """The ``rope_scaling`` dict of a context-extension recipe (chapter 7) for a model trained at
+    ``train_len``, stretched by ``factor``; ``None`` for no scaling."""
+    original = {"original_max_position_embeddings": train_len}
+    recipes = {"none": None,
+               "PI": {"rope_type": "linear", "factor": factor},
+               "NTK-aware": {"rope_type": "ntk", "factor": factor},
+               "dynamic NTK": {"rope_type": "dynamic", "factor": factor, **original},
+               "YaRN": {"rope_type": "yarn", "factor": factor, **original},
+               "Llama 3": {"rope_type": "llama3", "factor": factor, "low_freq_factor": 1.0,
+                           "high_freq_factor": 4.0, **original}}
+    if name not in recipes:
+        raise ValueError(f"recipe must be one of {list(recipes)}, got {name!r}")
+    return recipes[name]
+
+
+def run_context_extension(config: dict, method: str, seed: int, checkpoint_dir: Path | None) -> dict:
+    """Train a RoPE LM at ``train_len``; zero-shot perplexity with every recipe at factor x L (and at L
+    with the same scaling); then fine-tune with PI and YaRN at 2L and evaluate at L, 2L and 4L."""
+    if method != "rope":
+        raise ValueError(f"context_extension studies RoPE only, got method {method!r}")
+    train_bytes, validation_bytes = data.stdlib_split(config["max_bytes"])
+    L = config["train_len"]
+
+    def build(scaling):
+        torch.manual_seed(seed)
+        return TransformerLM(data.VOCAB_SIZE, config["dim"], config["layers"], config["heads"], position="rope",
+                             rope_scaling=scaling)
+
+    def ppl(model, length):
+        return perplexity(model, validation_bytes, length, max_windows=max(1, config["eval_tokens"] // length))
+
+    base = build(None)
+    start = time.perf_counter()
+    train_model(base, lambda g: data.random_windows(train_bytes, config["batch"], L, generator=g),
+                TrainConfig(steps=config["steps"], warmup=config["warmup"], seed=seed,
+                            log_every=max(1, config["steps"] // 20)))
+    weights = base.state_dict()
+    result = {"method": method, "seed": seed, "zero_shot": {}, "fine_tuned": {}, "train_seconds": 0.0}
+
+    def with_recipe(name, factor):
+        model = build(rope_recipe(name, float(factor), L))
+        model.load_state_dict(weights)
+        return model.eval()
+
+    for name in CONTEXT_RECIPES:
+        scores = {}
+        for factor in config["factors"]:
+            model = with_recipe(name, factor)
+            scores[f"{factor * L}"] = ppl(model, factor * L)
+            scores[f"{L} with factor {factor}"] = ppl(model, L)
+        result["zero_shot"][name] = scores
+    for name in config["fine_tune"]:
+        model = with_recipe(name, 2)
+        train_model(model, lambda g: data.random_windows(train_bytes, config["fine_tune_batch"], 2 * L, generator=g),
+                    TrainConfig(steps=config["fine_tune_steps"], warmup=max(1, config["fine_tune_steps"] // 15),
+                                lr=1e-3, seed=seed + 5))
+        result["fine_tuned"][name] = {str(n): ppl(model, n) for n in (L, 2 * L, 4 * L)}
+    result["train_seconds"] = time.perf_counter() - start
+    return result
+
+
+STUDIES = {"head_to_head": run_head_to_head, "length_generalisation": run_length_generalisation,
+           "context_extension": run_context_extension}
 
 
 def _rank() -> int:
@@ -172,6 +251,17 @@ def run_study(study: str, preset: str, out: Path, *, resume: bool = False, check
                 out.write_text(json.dumps(record, indent=1))
                 log(f"{study}/{preset}: {method} seed {seed} done in {time.perf_counter() - start:.0f} s")
     return record
+
+
+def command_line(record: dict) -> str:
+    """The command that produced a result record, as ``python -m posenc.experiments ...`` (records
+    written by running the file directly store its path instead)."""
+    command = record["command"]
+    for marker in ("posenc.experiments", "experiments.py"):
+        if marker in command:
+            command = command.split(marker, 1)[1]
+            break
+    return "python -m posenc.experiments " + command.strip()
 
 
 def main(argv: list[str] | None = None) -> None:

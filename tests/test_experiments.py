@@ -139,3 +139,37 @@ def test_two_process_torchrun_on_cpu(tmp_path):
     assert record["environment"]["world_size"] == 2
     assert [(r["method"], r["seed"]) for r in record["runs"]] == [("rope", 0)]
     assert all(value > 1 for value in record["runs"][0]["perplexity"].values())
+
+
+def test_context_extension_tiny_records_every_recipe(tmp_path):
+    from posenc.experiments import CONTEXT_RECIPES, run_study
+
+    record = run_study("context_extension", "tiny", tmp_path / "ce.json", log=lambda *a: None)
+    (run,) = record["runs"]
+    L = record["config"]["train_len"]
+    assert set(run["zero_shot"]) == set(CONTEXT_RECIPES)
+    for scores in run["zero_shot"].values():
+        assert set(scores) == {str(2 * L), str(4 * L), f"{L} with factor 2", f"{L} with factor 4"}
+    # with no scaling the model is the same at any factor: its perplexity at L cannot change
+    none = run["zero_shot"]["none"]
+    assert none[f"{L} with factor 2"] == none[f"{L} with factor 4"]
+    assert set(run["fine_tuned"]) == {"PI", "YaRN"}
+    assert all(set(scores) == {str(L), str(2 * L), str(4 * L)} for scores in run["fine_tuned"].values())
+
+
+def test_rope_recipes_match_chapter_7():
+    from posenc.experiments import rope_recipe
+
+    assert rope_recipe("none", 2.0, 128) is None
+    assert rope_recipe("PI", 4.0, 128) == {"rope_type": "linear", "factor": 4.0}
+    assert rope_recipe("YaRN", 2.0, 128)["original_max_position_embeddings"] == 128
+    with pytest.raises(ValueError, match="recipe must be one of"):
+        rope_recipe("NTK-by-parts", 2.0, 128)
+
+
+def test_command_line_of_a_record():
+    from posenc.experiments import command_line
+
+    expected = "python -m posenc.experiments head_to_head --preset full"
+    assert command_line({"command": "/some/where/posenc/experiments.py head_to_head --preset full"}) == expected
+    assert command_line({"command": "python -m posenc.experiments head_to_head --preset full"}) == expected
