@@ -45,7 +45,7 @@ SIZES = {
     "small": dict(rope=(8, 1024, 64), alibi=(8, 512, 64), train=dict(dim=96, layers=3, heads=4, seq=128, batch=16),
                   rounds=7),
     "issue": dict(rope=(32, 4096, 128), alibi=(8, 2048, 64),
-                  train=dict(dim=96, layers=3, heads=4, seq=128, batch=16), rounds=21),
+                  train=dict(dim=96, layers=3, heads=4, seq=128, batch=16), rounds=41),
 }
 
 
