@@ -149,10 +149,10 @@ def run_length_generalisation(config: dict, method: str, seed: int, checkpoint_d
 CONTEXT_RECIPES = ("none", "PI", "NTK-aware", "dynamic NTK", "YaRN", "Llama 3")
 
 
-def rope_recipe(name: str, factor: float, train_len: int) -> dict | None:
+def rope_recipe(name: str, factor: float, original_length: int) -> dict | None:
     """The ``rope_scaling`` dict of a context-extension recipe (chapter 7) for a model trained at
-    ``train_len``, stretched by ``factor``; ``None`` for no scaling."""
-    original = {"original_max_position_embeddings": train_len}
+    ``original_length``, stretched by ``factor``; ``None`` for no scaling."""
+    original = {"original_max_position_embeddings": original_length}
     recipes = {"none": None,
                "PI": {"rope_type": "linear", "factor": factor},
                "NTK-aware": {"rope_type": "ntk", "factor": factor},
