@@ -22,8 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -32,7 +30,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-from . import __version__
+from . import experiments
 from .alibi import alibi_attention, alibi_bias, causal_mask
 from .attention import POSITION_METHODS
 from .model import TransformerLM
@@ -199,10 +197,8 @@ def bench_train_step(dim: int, layers: int, heads: int, seq: int, batch: int, ro
 
 
 def environment() -> dict:
-    return {"posenc": __version__, "torch": torch.__version__, "python": platform.python_version(),
-            "platform": platform.platform(), "processor": platform.processor() or platform.machine(),
-            "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
-            "compiler": "available" if _has_compiler() else "none found"}
+    """The experiments' record of versions and hardware, plus whether a C compiler was found."""
+    return {**experiments.environment(), "compiler": "available" if _has_compiler() else "none found"}
 
 
 def _has_compiler() -> bool:
