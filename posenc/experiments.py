@@ -9,14 +9,20 @@ Every result file records the configuration, seeds, package versions, hardware a
 rewritten after each finished run, so ``--resume`` continues an interrupted study where it stopped.
 Under ``torchrun`` every process trains (DistributedDataParallel, gloo on CPU, nccl on GPU) and process
 0 evaluates and writes.
+
+The chapters read the records with ``summarise`` (perplexity per method and length, mean and standard
+deviation over seeds; ``bits=True`` for bits per byte), ``task_table`` (the synthetic tasks) and
+``print_table`` / ``print_task_table``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import platform
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -54,15 +60,37 @@ PRESETS = {
     "context_extension": {
         "tiny": dict(dim=32, layers=1, heads=2, train_len=16, steps=6, batch=4, seeds=[0], methods=["rope"],
                      max_bytes=400_000, eval_tokens=1024, warmup=2, factors=[2, 4],
-                     fine_tune=["PI", "YaRN"], fine_tune_steps=4, fine_tune_batch=2),
+                     fine_tune=["PI", "YaRN"], fine_tune_steps=4, fine_tune_batch=2, fine_tune_lr=1e-3,
+                     fine_tune_warmup=1),
         "ci": dict(dim=96, layers=3, heads=4, train_len=128, steps=500, batch=16, seeds=[0], methods=["rope"],
                    max_bytes=4_000_000, eval_tokens=16384, warmup=50, factors=[2, 4],
-                   fine_tune=["PI", "YaRN"], fine_tune_steps=150, fine_tune_batch=8),
+                   fine_tune=["PI", "YaRN"], fine_tune_steps=150, fine_tune_batch=8, fine_tune_lr=1e-3,
+                   fine_tune_warmup=10),
         "full": dict(dim=96, layers=3, heads=4, train_len=128, steps=500, batch=16, seeds=[0, 1, 2],
                      methods=["rope"], max_bytes=4_000_000, eval_tokens=16384, warmup=50, factors=[2, 4],
-                     fine_tune=["PI", "YaRN"], fine_tune_steps=150, fine_tune_batch=8),
+                     fine_tune=["PI", "YaRN"], fine_tune_steps=150, fine_tune_batch=8, fine_tune_lr=1e-3,
+                     fine_tune_warmup=10),
     },
 }
+
+# Settings that were hard-coded before result files recorded them in ``config``, as functions of the
+# rest of the configuration (the values the code used then). ``--resume`` fills a missing key with its
+# value here, so a result written before the key existed (such as the committed chapter 7 study)
+# still resumes.
+RECORDED_LATER = {
+    "context_extension": {"fine_tune_lr": lambda config: 1e-3,
+                          "fine_tune_warmup": lambda config: max(1, config["fine_tune_steps"] // 15)},
+}
+
+
+def same_config(study: str, previous: dict, config: dict) -> bool:
+    """Whether a result file's ``previous`` configuration equals ``config``, counting a key listed in
+    ``RECORDED_LATER`` that ``previous`` lacks as the value the code used before it was recorded."""
+    filled = dict(previous)
+    for key, value_then in RECORDED_LATER.get(study, {}).items():
+        if key not in filled and key in config:
+            filled[key] = value_then(previous)
+    return filled == config
 
 
 def environment() -> dict:
@@ -204,8 +232,8 @@ def run_context_extension(config: dict, method: str, seed: int, checkpoint_dir: 
     for name in config["fine_tune"]:
         model = with_recipe(name, 2)
         train_model(model, lambda g: data.random_windows(train_bytes, config["fine_tune_batch"], 2 * L, generator=g),
-                    TrainConfig(steps=config["fine_tune_steps"], warmup=max(1, config["fine_tune_steps"] // 15),
-                                lr=1e-3, seed=seed + 5))
+                    TrainConfig(steps=config["fine_tune_steps"], warmup=config["fine_tune_warmup"],
+                                lr=config["fine_tune_lr"], seed=seed + 5))
         result["fine_tuned"][name] = {str(n): ppl(model, n) for n in (L, 2 * L, 4 * L)}
     result["train_seconds"] = time.perf_counter() - start
     return result
@@ -233,7 +261,7 @@ def run_study(study: str, preset: str, out: Path, *, resume: bool = False, check
               "wall_seconds": 0.0, "command": "python -m posenc.experiments " + " ".join(sys.argv[1:])}
     if resume and out.exists():
         previous = json.loads(out.read_text())
-        if previous.get("config") != config:
+        if not same_config(study, previous.get("config", {}), config):
             raise ValueError(f"{out} was written with a different configuration; remove it or drop --resume")
         record["runs"], record["wall_seconds"] = previous["runs"], previous["wall_seconds"]
     done = {(run["method"], run["seed"]) for run in record["runs"]}
@@ -262,6 +290,84 @@ def command_line(record: dict) -> str:
             command = command.split(marker, 1)[1]
             break
     return "python -m posenc.experiments " + command.strip()
+
+
+def bits_per_byte(perplexity: float) -> float:
+    """Bits per byte of a byte-level perplexity: ``log2(perplexity)`` (perplexity = 2 ** bits)."""
+    if not perplexity >= 1:
+        raise ValueError(f"perplexity must be >= 1, got {perplexity}")
+    return math.log2(perplexity)
+
+
+def _mean_and_spread(values: list) -> tuple[float, float] | None:
+    """(mean, sample standard deviation) over seeds; spread 0.0 for one seed; None if any is None."""
+    if any(value is None for value in values):
+        return None  # the method cannot run there (a learned table beyond its rows)
+    values = [float(value) for value in values]
+    spread = statistics.stdev(values) if len(values) > 1 else 0.0
+    return statistics.fmean(values), spread
+
+
+def summarise(record: dict, *, bits: bool = False) -> dict[str, dict[int, tuple[float, float] | None]]:
+    """A head_to_head record as ``{method: {length: (mean, std) or None}}`` over its seeds.
+
+    ``std`` is the sample standard deviation over seeds (0.0 for one seed); ``None`` marks a length the
+    method cannot run at. With ``bits=True`` each run's perplexity is first converted to bits per byte.
+    Methods and lengths keep the order of the record.
+    """
+    by_method: dict[str, dict[int, list]] = {}
+    for run in record["runs"]:
+        lengths = by_method.setdefault(run["method"], {})
+        for length, value in run["perplexity"].items():
+            if bits and value is not None:
+                value = bits_per_byte(value)
+            lengths.setdefault(int(length), []).append(value)
+    return {method: {length: _mean_and_spread(values) for length, values in sorted(lengths.items())}
+            for method, lengths in by_method.items()}
+
+
+def task_table(record: dict, metric: str, task: str) -> dict[str, dict[int, tuple[float, float] | None]]:
+    """A length_generalisation record as ``{method: {n: (mean, std) or None}}`` for one ``metric``
+    (``"exact_match"`` or ``"token_accuracy"``) and ``task``, over its seeds (as ``summarise``)."""
+    by_method: dict[str, dict[int, list]] = {}
+    for run in record["runs"]:
+        if metric not in run or task not in run[metric]:
+            raise ValueError(f"the record has no {metric!r} for task {task!r}")
+        lengths = by_method.setdefault(run["method"], {})
+        for n, value in run[metric][task].items():
+            lengths.setdefault(int(n), []).append(value)
+    return {method: {n: _mean_and_spread(values) for n, values in sorted(lengths.items())}
+            for method, lengths in by_method.items()}
+
+
+def format_table(table: dict, train_len: int, *, unit: str = "L", digits: int = 2,
+                 missing: str = "cannot run") -> str:
+    """A ``summarise`` or ``task_table`` table as text: one row per method, one column per length,
+    headed ``kL = n`` (``unit="L"``) or ``n = n (k.kN)`` (``unit="N"``), cells ``mean +- std``."""
+    lengths = sorted({length for row in table.values() for length in row})
+    if unit == "L":
+        header = [f"{n // train_len}L = {n}" for n in lengths]
+    elif unit == "N":
+        header = [f"n = {n:>2} ({n / train_len:.1f}N)" for n in lengths]
+    else:
+        raise ValueError(f"unit must be 'L' or 'N', got {unit!r}")
+    width = max(15, *(len(h) for h in header))
+    lines = [f"{'method':>10} | " + " | ".join(f"{h:>{width}}" for h in header)]
+    for method, row in table.items():
+        cells = [missing if row.get(n) is None else f"{row[n][0]:.{digits}f} +- {row[n][1]:.{digits}f}"
+                 for n in lengths]
+        lines.append(f"{method:>10} | " + " | ".join(f"{c:>{width}}" for c in cells))
+    return "\n".join(lines)
+
+
+def print_table(table: dict, train_len: int, **options) -> None:
+    """Print a ``summarise`` table with columns headed by multiples of the training length."""
+    print(format_table(table, train_len, unit="L", **options))
+
+
+def print_task_table(table: dict, train_max: int, **options) -> None:
+    """Print a ``task_table`` with columns headed by input length and its multiple of ``train_max``."""
+    print(format_table(table, train_max, unit="N", **dict({"missing": "--"}, **options)))
 
 
 def main(argv: list[str] | None = None) -> None:

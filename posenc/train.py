@@ -1,6 +1,7 @@
 """Seeded training and evaluation for the book's experiments.
 
-``train_model`` runs AdamW with linear warmup and cosine decay on batches from any ``batch_fn``;
+``train_model`` runs AdamW (weight decay on every parameter, see ``TrainConfig``) with linear warmup
+and cosine decay on batches from any ``batch_fn``;
 ``perplexity`` evaluates a language model on non-overlapping windows of any length; ``exact_match``
 scores a synthetic task. CPU by default, CUDA when available; inside ``torchrun`` the model is wrapped
 in DistributedDataParallel and every process draws its own batches.
@@ -20,6 +21,17 @@ from ._validate import check_int
 
 @dataclass
 class TrainConfig:
+    """Optimisation settings of ``train_model``.
+
+    ``lr`` is the peak learning rate, reached after ``warmup`` linear steps and decayed by a cosine to
+    ``min_lr_ratio * lr`` at step ``steps`` (``learning_rate`` gives the value at any step).
+    ``weight_decay`` is AdamW's decoupled decay and applies to *every* parameter: LayerNorm gains and
+    biases, linear biases, the learned position table and T5's bias table included (common practice
+    exempts gains, biases and embeddings). The set of decayed parameters therefore differs slightly
+    between position methods. The committed results were produced this way; changing it would change
+    them, so it is kept until the studies are rebuilt.
+    """
+
     steps: int = 1000
     lr: float = 3e-3
     warmup: int = 100
