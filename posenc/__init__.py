@@ -7,7 +7,7 @@ from .absolute import (LearnedEncoding, SinusoidalEncoding, resize_position_tabl
                        sinusoidal_encoding_2d)
 from .alibi import alibi_attention, alibi_bias, alibi_slopes, causal_mask
 from . import data
-from .attention import POSITION_METHODS, KVCache, LayerCache, MultiHeadAttention
+from .attention import ATTENTION_POSITIONS, POSITION_METHODS, KVCache, LayerCache, MultiHeadAttention
 from .model import TransformerLM
 from .relative import T5RelativeBias, t5_relative_bucket
 from .rope import ROPE_TYPES, RotaryEmbedding, apply_rope, rope_cos_sin, rope_frequencies
@@ -20,5 +20,5 @@ __all__ = [
     "rope_frequencies", "rope_cos_sin", "apply_rope", "RotaryEmbedding", "ROPE_TYPES",
     "alibi_slopes", "alibi_bias", "alibi_attention", "causal_mask",
     "t5_relative_bucket", "T5RelativeBias",
-    "MultiHeadAttention", "KVCache", "LayerCache", "POSITION_METHODS", "TransformerLM",
+    "MultiHeadAttention", "KVCache", "LayerCache", "POSITION_METHODS", "ATTENTION_POSITIONS", "TransformerLM",
 ]

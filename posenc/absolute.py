@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ._float32 import Float32Buffers
 from ._validate import check_even, check_int, check_positive_float, check_tensor
 
 
@@ -112,13 +113,16 @@ def _check_input(x, dim: int) -> torch.Tensor:
     return x
 
 
-class SinusoidalEncoding(nn.Module):
+class SinusoidalEncoding(Float32Buffers):
     """Adds the sinusoidal table to its input: ``forward(x[batch, seq, dim], offset=0) -> x + scale * PE``.
 
     The table is computed on demand (cached for the longest length seen), so any length works.
     ``scale`` (default 1, the original Transformer) multiplies the table, to match it to the size of the
-    token embeddings it is added to.
+    token embeddings it is added to. The cached table stays float32 when the module is cast to half
+    precision; it is cast to ``x``'s dtype only when added.
     """
+
+    float32_buffers = ("_table",)
 
     def __init__(self, dim: int, *, base: float = 10000.0, scale: float = 1.0):
         super().__init__()
@@ -149,7 +153,8 @@ class LearnedEncoding(nn.Module):
 
     ``forward(x[batch, seq, dim], offset=0) -> x + table[offset : offset + seq]``. Positions at or beyond
     ``max_len`` have no vector: asking for them raises ``ValueError`` rather than wrapping around.
-    Initialised from N(0, 0.02^2), as in GPT-2.
+    Initialised from N(0, 0.02^2), as in BERT and Hugging Face's GPT-2 (``initializer_range``); OpenAI's
+    original GPT-2 code drew its position table with standard deviation 0.01.
     """
 
     def __init__(self, max_len: int, dim: int):

@@ -85,8 +85,16 @@ def alibi_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, slopes
 
     In the causal case the bias ``-slope * (i - j)`` differs from ``slope * j`` only by a per-row constant,
     which softmax ignores; ``slope * j`` is rank one, so it is folded into one extra feature of q and k and
-    PyTorch's fused causal kernel runs without any ``[heads, q_len, k_len]`` bias tensor. That path needs
-    float32 or float64 (half precision cannot hold ``slope * j`` exactly); other cases build the bias.
+    PyTorch's fused causal kernel runs without any ``[heads, q_len, k_len]`` bias tensor: memory O(T)
+    instead of O(heads * T^2); time stays O(T^2), as for any exact attention.
+
+    Limits of that path: causal, ``q_len == k_len`` (no KV cache, no chunked prefill) and float32 or
+    float64 (half precision cannot hold ``slope * j``). Everything else builds the ``[heads, q, k]`` bias
+    (passed as a 4-D mask). Precision: the extra feature adds ``slope * j`` (up to ``slope * (T-1)``) to
+    float32 scores before the row constant cancels, so the logit error grows like
+    ``eps_float32 * slope * T``: about 1e-4 to 1e-3 for T in the thousands (tests and chapter 8 use a
+    tolerance that grows with T). In production, FlashAttention-2 (``alibi_slopes``) and FlexAttention
+    compute the bias inside the kernel for any dtype.
     """
     for name, t in (("q", q), ("k", k), ("v", v)):
         check_tensor(name, t, min_dim=4)
@@ -115,7 +123,8 @@ def alibi_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, slopes
     bias = alibi_bias(heads, q_len, k_len, slopes=slopes).to(q.dtype)
     if causal:
         bias = bias.masked_fill(~causal_mask(q_len, k_len, device=q.device), float("-inf"))
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=scale)
+    # [1, heads, q, k]: with a 3-D mask PyTorch's CPU dispatch would take the unfused math kernel.
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=bias[None], scale=scale)
 
 
 def causal_mask(q_len: int, k_len: int, *, device=None) -> torch.Tensor:

@@ -1,9 +1,10 @@
 """One multi-head self-attention that takes any position method, and the KV cache it decodes with.
 
-``position`` picks how order enters:
+``position`` picks how order enters inside attention:
 
-- ``"none"``, ``"sinusoidal"``, ``"learned"``: nothing happens inside attention (the absolute encodings
-  are added to the token embeddings by the model, before the first layer);
+- ``"none"``: nothing happens inside attention. Use it for NoPE, and also for the absolute encodings
+  (sinusoidal, learned), which are added to the token embeddings before the first layer
+  (``TransformerLM`` does that; or ``SinusoidalEncoding`` / ``LearnedEncoding`` in your own model);
 - ``"rope"``: queries and keys are rotated (``posenc.rope``);
 - ``"t5"``: a learned bucketed bias is added to the scores (``posenc.relative``);
 - ``"alibi"``: a linear distance penalty is added to the scores (``posenc.alibi``).
@@ -17,12 +18,21 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ._float32 import Float32Buffers
 from ._validate import check_choice, check_int, check_tensor
 from . import alibi
 from .relative import T5RelativeBias
 from .rope import RotaryEmbedding
 
-POSITION_METHODS = ("none", "sinusoidal", "learned", "t5", "rope", "alibi")
+POSITION_METHODS = ("none", "sinusoidal", "learned", "t5", "rope", "alibi")  # TransformerLM's choices
+ATTENTION_POSITIONS = ("none", "t5", "rope", "alibi")  # what happens inside attention
+ABSOLUTE_METHODS = ("sinusoidal", "learned")  # added to the embeddings, nothing inside attention
+
+
+def _four_dimensional(mask: torch.Tensor) -> torch.Tensor:
+    # [q, k] or [heads, q, k] -> [1, heads or 1, q, k]. PyTorch's CPU dispatch sends a 3-D float mask to
+    # the unfused math kernel; the same mask with a leading batch axis runs the fused flash kernel.
+    return mask.reshape((1,) * (4 - mask.dim()) + tuple(mask.shape))
 
 
 class LayerCache:
@@ -59,23 +69,35 @@ class KVCache:
         return self.layers[layer]
 
 
-class MultiHeadAttention(nn.Module):
+class MultiHeadAttention(Float32Buffers):
     """Multi-head self-attention with a pluggable position method.
 
     Args:
         dim: model width, divisible by ``n_heads``.
         n_heads: number of heads.
-        position: one of ``POSITION_METHODS``.
+        position: one of ``ATTENTION_POSITIONS``: ``"none"``, ``"t5"``, ``"rope"``, ``"alibi"``. The absolute
+            methods (``"sinusoidal"``, ``"learned"``) raise ``ValueError``: they act on the embeddings, not
+            inside attention, so an attention layer asked for them would silently have no position at all.
         causal: mask keys after each query (decoder) or not (encoder).
         rope_base, rope_scaling, rope_interleaved: passed to ``RotaryEmbedding`` when position="rope".
         t5_num_buckets, t5_max_distance: ``T5RelativeBias`` settings when position="t5".
         t5_bias: an existing ``T5RelativeBias`` to share (T5 shares one across layers).
         alibi_slopes: optional ``[n_heads]`` slopes when position="alibi".
 
-    ``forward(x[batch, seq, dim], *, cache=None, need_weights=False) -> [batch, seq, dim]`` (and the
-    ``[batch, heads, seq, k_len]`` attention weights when ``need_weights``). With a ``LayerCache`` the
-    new tokens are the positions after those already cached, and their keys and values are appended.
+    ``forward(x[batch, seq, dim], *, cache=None, need_weights=False, position_bias=None) -> [batch, seq, dim]``
+    (and the ``[batch, heads, seq, k_len]`` attention weights when ``need_weights``). With a ``LayerCache``
+    the new tokens are the positions after those already cached, and their keys and values are appended.
+    ``position_bias`` (``[heads, seq, k_len]``, from ``attention_bias``) is the additive mask computed once
+    by the caller and shared by the layers, as T5 does; without it each layer computes its own.
+
+    Kernels: without a score bias, PyTorch's fused causal kernel (``is_causal``, no mask built); ALiBi goes
+    through ``alibi.alibi_attention``; a materialised bias (T5, or ALiBi with a cache) is passed to
+    ``scaled_dot_product_attention`` as a 4-D ``[1, heads, q, k]`` mask, the shape its fused CPU kernel
+    accepts (a 3-D mask falls back to the unfused math kernel). The ALiBi ``slopes`` buffer stays float32
+    when the module is cast to half precision.
     """
+
+    float32_buffers = ("slopes",)
 
     def __init__(self, dim: int, n_heads: int, *, position: str = "none", causal: bool = True,
                  rope_base: float = 10000.0, rope_scaling: dict | None = None, rope_interleaved: bool = False,
@@ -85,7 +107,12 @@ class MultiHeadAttention(nn.Module):
         dim, n_heads = check_int("dim", dim), check_int("n_heads", n_heads)
         if dim % n_heads:
             raise ValueError(f"dim must be divisible by n_heads, got dim={dim}, n_heads={n_heads}")
-        self.position = check_choice("position", position, POSITION_METHODS)
+        if position in ABSOLUTE_METHODS:
+            raise ValueError(f"position={position!r} is an absolute encoding: it is added to the token embeddings "
+                             f"before the first layer (TransformerLM(position={position!r}) does that, or use "
+                             f"SinusoidalEncoding / LearnedEncoding), not inside attention; use position='none' "
+                             f"for the attention layers of such a model")
+        self.position = check_choice("position", position, ATTENTION_POSITIONS)
         self.dim, self.n_heads, self.head_dim, self.causal = dim, n_heads, dim // n_heads, bool(causal)
         self.qkv = nn.Linear(dim, 3 * dim)
         self.out = nn.Linear(dim, dim)
@@ -101,6 +128,19 @@ class MultiHeadAttention(nn.Module):
                 raise ValueError(f"alibi_slopes must have shape [{n_heads}], got {tuple(slopes.shape)}")
             self.register_buffer("slopes", slopes.float(), persistent=False)
 
+    def attention_bias(self, q_len: int, k_len: int, *, device=None) -> torch.Tensor | None:
+        """The whole additive mask: ``score_bias`` plus ``-inf`` above the causal diagonal, or None.
+
+        Shape ``[heads, q_len, k_len]`` (``[q_len, k_len]`` for a causal layer with no score bias). A model
+        whose layers share one bias (T5) calls this once and passes the result as ``position_bias``.
+        """
+        bias = self.score_bias(q_len, k_len)
+        if not self.causal:
+            return bias
+        hidden = ~alibi.causal_mask(q_len, k_len, device=device)
+        bias = torch.zeros(q_len, k_len, device=device) if bias is None else bias
+        return bias.masked_fill(hidden, float("-inf"))
+
     def score_bias(self, q_len: int, k_len: int) -> torch.Tensor | None:
         """The additive score bias of this position method, ``[heads, q_len, k_len]``, or None."""
         if self.position == "t5":
@@ -109,7 +149,8 @@ class MultiHeadAttention(nn.Module):
             return alibi.alibi_bias(self.n_heads, q_len, k_len, slopes=self.slopes)
         return None
 
-    def forward(self, x: torch.Tensor, *, cache: LayerCache | None = None, need_weights: bool = False):
+    def forward(self, x: torch.Tensor, *, cache: LayerCache | None = None, need_weights: bool = False,
+                position_bias: torch.Tensor | None = None):
         check_tensor("x", x, min_dim=3)
         if x.dim() != 3 or x.shape[-1] != self.dim:
             raise ValueError(f"x must be [batch, seq, {self.dim}], got {tuple(x.shape)}")
@@ -132,18 +173,15 @@ class MultiHeadAttention(nn.Module):
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
             weights = None
         else:
-            bias = self.score_bias(seq, k_len)
-            if self.causal:
-                hidden = ~alibi.causal_mask(seq, k_len, device=x.device)
-                bias = torch.zeros(seq, k_len, device=x.device) if bias is None else bias
-                bias = bias.masked_fill(hidden, float("-inf"))
+            bias = self.attention_bias(seq, k_len, device=x.device) if position_bias is None else position_bias
             if need_weights:
                 scores = q @ k.transpose(-2, -1) / math.sqrt(self.head_dim)
                 weights = (scores if bias is None else scores + bias.to(scores.dtype)).softmax(dim=-1)
                 y = weights @ v
             else:
                 weights = None
-                y = F.scaled_dot_product_attention(q, k, v, attn_mask=None if bias is None else bias.to(q.dtype))
+                mask = None if bias is None else _four_dimensional(bias.to(q.dtype))
+                y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
         y = self.out(y.transpose(1, 2).reshape(batch, seq, self.dim))
         return (y, weights) if need_weights else y
 

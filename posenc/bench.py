@@ -12,8 +12,8 @@ Three measurements, each as a ratio to a baseline timed in the same process, in 
   (``q.clone()``, the floor for any out-of-place op) and against the ``rotate_half`` formulation
   (``q * cos + rotate_half(q) * sin``). Each result is also compared with a float64 reference.
 - causal ``alibi_attention`` at inference against ``scaled_dot_product_attention`` with no bias (the
-  floor) and with a materialised ``[heads, T, T]`` ALiBi bias (the obvious alternative), plus the peak
-  memory of each at T and 2T, measured in a fresh process.
+  floor) and with a materialised ``[1, heads, T, T]`` ALiBi bias (the obvious alternative; a 4-D mask,
+  so that the fused kernel runs), plus the peak memory of each at T and 2T, measured in a fresh process.
 - one training step (forward, backward, AdamW) of chapter 10's ``TransformerLM`` for every position
   method, against the same model with no positions.
 """
@@ -121,7 +121,8 @@ def _alibi_case(name: str, heads: int, seq: int, head_dim: int):
     if name == "SDPA causal, no bias":
         return lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True)
     if name == "SDPA + materialised ALiBi bias":
-        bias = alibi_bias(heads, seq).masked_fill(~causal_mask(seq, seq), float("-inf"))
+        # [1, heads, T, T]: the 4-D mask lets PyTorch's fused kernel run (a 3-D mask takes the math kernel).
+        bias = alibi_bias(heads, seq).masked_fill(~causal_mask(seq, seq), float("-inf"))[None]
         return lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
     if name == "posenc alibi_attention":
         return lambda: alibi_attention(q, k, v)

@@ -26,8 +26,8 @@ class Block(nn.Module):
         self.attn = MultiHeadAttention(dim, n_heads, **attention_options)
         self.mlp = nn.Sequential(nn.Linear(dim, mlp_ratio * dim), nn.GELU(), nn.Linear(mlp_ratio * dim, dim))
 
-    def forward(self, x: torch.Tensor, cache=None) -> torch.Tensor:
-        x = x + self.attn(self.ln_attn(x), cache=cache)
+    def forward(self, x: torch.Tensor, cache=None, position_bias=None) -> torch.Tensor:
+        x = x + self.attn(self.ln_attn(x), cache=cache, position_bias=position_bias)
         return x + self.mlp(self.ln_mlp(x))
 
 
@@ -41,7 +41,8 @@ class TransformerLM(nn.Module):
             (which have no length limit).
         mlp_ratio: hidden width of the MLP as a multiple of dim.
         rope_base, rope_scaling, rope_interleaved: RoPE options (see ``posenc.rope``).
-        t5_num_buckets, t5_max_distance: T5 bias options; one bias table is shared by all layers, as in T5.
+        t5_num_buckets, t5_max_distance: T5 bias options; one bias table is shared by all layers and the
+            bias is computed once per forward pass, as in T5.
         sinusoidal_base: base of the sinusoidal table.
         sinusoidal_scale: factor on the sinusoidal table. The default, ``0.02 * sqrt(2)``, gives it the
             root-mean-square of the token embeddings and of the learned table at initialisation (standard
@@ -49,6 +50,9 @@ class TransformerLM(nn.Module):
             (chapter 3 shows a full-size table swamping small embeddings). Use 1.0 for the raw table.
         causal: ``True`` (default) for a language model; ``False`` lets every token see every other one
             (an encoder that outputs one prediction per token); the KV cache and ``generate`` need causal.
+
+    ``check_token_range`` (default True) checks every token id against ``vocab_size`` with a clear error; on
+    a GPU that check waits for the device each step, so set it to False in a tuned training loop.
 
     ``model(tokens[batch, seq]) -> logits[batch, seq, vocab_size]``. For incremental decoding,
     ``cache = model.new_cache()`` and then ``model(new_tokens, cache=cache)`` returns the logits of the
@@ -67,6 +71,7 @@ class TransformerLM(nn.Module):
         if position not in POSITION_METHODS:
             raise ValueError(f"position must be one of {list(POSITION_METHODS)}, got {position!r}")
         self.position, self.max_len, self.causal = position, max_len, bool(causal)
+        self.check_token_range = True
         self.token_embedding = nn.Embedding(vocab_size, check_int("dim", dim))
         self.absolute = None
         if position == "sinusoidal":
@@ -75,7 +80,8 @@ class TransformerLM(nn.Module):
             if max_len is None:
                 raise ValueError("max_len is required for position='learned' (the size of its table)")
             self.absolute = LearnedEncoding(max_len, dim)
-        attention_options = dict(position=position, causal=self.causal, rope_base=rope_base,
+        inside = "none" if position in ("sinusoidal", "learned") else position  # absolute: added to embeddings
+        attention_options = dict(position=inside, causal=self.causal, rope_base=rope_base,
                                  rope_scaling=rope_scaling, rope_interleaved=rope_interleaved)
         if position == "t5":
             attention_options["t5_bias"] = T5RelativeBias(n_heads, bidirectional=not self.causal,
@@ -103,15 +109,20 @@ class TransformerLM(nn.Module):
         check_tensor("tokens", tokens, min_dim=2)
         if tokens.dim() != 2 or tokens.is_floating_point():
             raise ValueError(f"tokens must be an integer tensor [batch, seq], got {tokens.dtype} {tuple(tokens.shape)}")
-        if tokens.numel() and (tokens.min() < 0 or tokens.max() >= self.vocab_size):
+        if self.check_token_range and tokens.numel() and (tokens.min() < 0 or tokens.max() >= self.vocab_size):
             raise ValueError(f"token ids must be in [0, {self.vocab_size}), got min {int(tokens.min())}, "
                              f"max {int(tokens.max())}")
         offset = 0 if cache is None else cache.length
         x = self.token_embedding(tokens)
         if self.absolute is not None:
             x = self.absolute(x, offset=offset)
+        # T5 shares one bias across layers: compute it (causal mask folded in) once per forward pass.
+        shared_bias = None
+        if self.position == "t5":
+            seq = tokens.shape[1]
+            shared_bias = self.blocks[0].attn.attention_bias(seq, offset + seq, device=tokens.device)
         for i, block in enumerate(self.blocks):
-            x = block(x, None if cache is None else cache[i])
+            x = block(x, None if cache is None else cache[i], shared_bias)
         return self.head(self.ln_final(x))
 
     @torch.no_grad()

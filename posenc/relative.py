@@ -78,12 +78,16 @@ class T5RelativeBias(nn.Module):
         k_len = q_len if k_len is None else check_int("k_len", k_len)
         if k_len < q_len:
             raise ValueError(f"k_len must be >= q_len, got k_len={k_len} < q_len={q_len}")
+        # bias[h, i, j] depends only on the offset j - (i + k_len - q_len): a Toeplitz matrix. Bucket the
+        # q_len + k_len - 1 distinct offsets once, look them up, then lay them out on the [q_len, k_len] grid.
         device = self.table.weight.device
-        query_pos = torch.arange(k_len - q_len, k_len, device=device)
-        key_pos = torch.arange(k_len, device=device)
-        buckets = t5_relative_bucket(key_pos[None, :] - query_pos[:, None], bidirectional=self.bidirectional,
-                                     num_buckets=self.num_buckets, max_distance=self.max_distance)
-        return self.table(buckets).permute(2, 0, 1)  # [q_len, k_len, heads] -> [heads, q_len, k_len]
+        offsets = torch.arange(-(k_len - 1), q_len, device=device)  # every key_pos - query_pos, ascending
+        buckets = t5_relative_bucket(offsets, bidirectional=self.bidirectional, num_buckets=self.num_buckets,
+                                     max_distance=self.max_distance)
+        per_offset = self.table(buckets)  # [q_len + k_len - 1, heads]
+        # offset of (i, j) is j - i - (k_len - q_len); its index in `offsets` is j - i + q_len - 1
+        index = torch.arange(k_len, device=device)[None, :] - torch.arange(q_len, device=device)[:, None] + q_len - 1
+        return per_offset[index].permute(2, 0, 1)  # [q_len, k_len, heads] -> [heads, q_len, k_len]
 
     def extra_repr(self) -> str:
         return (f"n_heads={self.n_heads}, bidirectional={self.bidirectional}, num_buckets={self.num_buckets}, "

@@ -11,8 +11,12 @@ m - n. Three pieces, used in this order:
 
 ``RotaryEmbedding`` wraps the three for queries and keys shaped ``[batch, heads, seq, head_dim]``.
 
-The scaling dicts follow Hugging Face's ``rope_scaling`` / ``rope_parameters`` format, and the numbers
-equal ``transformers.modeling_rope_utils.ROPE_INIT_FUNCTIONS`` for the same settings (the tests check).
+The scaling dicts follow Hugging Face's ``rope_scaling`` / ``rope_parameters`` format. For the types Hugging
+Face has (``linear``, ``dynamic``, ``yarn``, ``llama3``) the numbers equal
+``transformers.modeling_rope_utils.ROPE_INIT_FUNCTIONS`` for the same settings (the tests check).
+``ntk`` is posenc's own *static* NTK-aware base change (HF has no such type: its ``dynamic`` type applies
+the same base change, grown with the sequence length). ``longrope`` and ``partial_rotary_factor`` are not
+supported yet.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import math
 import torch
 from torch import nn
 
+from ._float32 import Float32Buffers
 from ._validate import (check_choice, check_even, check_int, check_integer_positions, check_positive_float,
                         check_tensor)
 
@@ -103,6 +108,8 @@ def _yarn(inv_freq: torch.Tensor, head_dim: int, base: float, params: dict) -> t
     low, high = pair_index_with(beta_fast), pair_index_with(beta_slow)
     if params.get("truncate", True):
         low, high = math.floor(low), math.ceil(high)
+    # The upper clamp copies Hugging Face (head_dim - 1); it never binds, since the ramp below runs over
+    # pair indices 0 .. head_dim//2 - 1 and clamps to [0, 1] anyway.
     low, high = max(low, 0), min(high, head_dim - 1)
     if low == high:
         high += 0.001  # avoid dividing by zero in the ramp
@@ -116,14 +123,18 @@ def _llama3(inv_freq: torch.Tensor, params: dict) -> torch.Tensor:
     """Llama 3.1: divide long wavelengths by factor, keep short ones, blend smoothly in between."""
     factor = float(params["factor"])
     low_freq_factor, high_freq_factor = float(params["low_freq_factor"]), float(params["high_freq_factor"])
-    if not high_freq_factor > low_freq_factor:
-        raise ValueError(f"scaling['high_freq_factor'] must exceed scaling['low_freq_factor'], "
-                         f"got {high_freq_factor} <= {low_freq_factor}")
+    if high_freq_factor < low_freq_factor:
+        raise ValueError(f"scaling['high_freq_factor'] must be >= scaling['low_freq_factor'], "
+                         f"got {high_freq_factor} < {low_freq_factor}")
     original_len = params["original_max_position_embeddings"]
     low_freq_wavelen = original_len / low_freq_factor
     high_freq_wavelen = original_len / high_freq_factor
     wavelen = 2 * math.pi / inv_freq
     scaled = torch.where(wavelen > low_freq_wavelen, inv_freq / factor, inv_freq)
+    if high_freq_factor == low_freq_factor:
+        # Llama 4 Scout's published settings (low = high = 1): the blend band is empty, so every pair is
+        # either kept or divided by factor (Hugging Face gives the same numbers).
+        return scaled
     smooth = (original_len / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor)
     blended = (1 - smooth) * scaled / factor + smooth * scaled
     is_medium = (wavelen >= high_freq_wavelen) & (wavelen <= low_freq_wavelen)
@@ -139,11 +150,13 @@ def rope_frequencies(head_dim: int, *, base: float = 10000.0, scaling: dict | No
         base: the frequency base ("rope_theta"), > 0.
         scaling: ``None`` for plain RoPE, or a Hugging Face style dict with ``"rope_type"`` one of
             ``"default"``, ``"linear"`` (factor: position interpolation, Chen et al. 2023),
-            ``"ntk"`` (factor: NTK-aware base change, ``base * factor**(d/(d-2))``),
+            ``"ntk"`` (factor: NTK-aware base change, ``base * factor**(d/(d-2))``; posenc's static form,
+            Hugging Face has no such type),
             ``"dynamic"`` (factor, original_max_position_embeddings: NTK base change grown with seq_len),
             ``"yarn"`` (factor, original_max_position_embeddings, optional beta_fast=32, beta_slow=1,
             attention_factor, mscale, mscale_all_dim, truncate=True), or ``"llama3"`` (factor,
-            low_freq_factor, high_freq_factor, original_max_position_embeddings).
+            low_freq_factor <= high_freq_factor, original_max_position_embeddings; equal factors, as in
+            Llama 4 Scout, leave the blend band empty).
         seq_len: current sequence length, used only by ``"dynamic"`` (defaults to the original length).
 
     Returns:
@@ -187,7 +200,12 @@ def rope_cos_sin(positions: torch.Tensor, inv_freq: torch.Tensor, *, attention_s
             pairing); ``True`` as ``[a0, a0, a1, a1, ...]`` (pairs 2i, 2i+1).
 
     Returns:
-        ``(cos, sin)``, each float32 of shape ``[..., seq, head_dim]``.
+        ``(cos, sin)``, each float32 of shape ``[..., seq, head_dim]``, on the device of ``positions``.
+
+    Angles are ``float32(position) * float32(inv_freq)``, as in Hugging Face, so the tables match its bit for
+    bit. Float32 holds whole positions exactly only below 2**24 (16.7M), and the product is rounded to a
+    relative 6e-8: at position 1M the fastest pairs' angles are off by up to about 0.03 rad. For contexts of
+    millions of tokens, form the angles in float64 yourself.
     """
     check_integer_positions("positions", positions)
     check_tensor("inv_freq", inv_freq, min_dim=1)
@@ -301,10 +319,18 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, interle
     if cos.shape[-2:] != x.shape[-2:]:
         raise ValueError(f"cos/sin must end in [seq, head_dim] = {list(x.shape[-2:])} to match x, "
                          f"got {list(cos.shape[-2:])}")
+    return _rotate(x, cos, sin, interleaved=interleaved, layout_known=False)
+
+
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, interleaved: bool,
+            layout_known: bool) -> torch.Tensor:
+    # apply_rope without the argument checks. ``layout_known`` says the tables come from rope_cos_sin
+    # (RotaryEmbedding built them), so the fast path needs no look at their values: checking them costs
+    # a device -> host synchronisation per call on a GPU.
     compute = torch.promote_types(x.dtype, torch.float32)
     xc, cos, sin = x.to(compute), cos.to(compute), sin.to(compute)
     fast = (torch.broadcast_shapes(x.shape, cos.shape) == x.shape and not (cos.requires_grad or sin.requires_grad)
-            and _angles_repeat_per_pair(cos, sin, interleaved))
+            and (layout_known or _angles_repeat_per_pair(cos, sin, interleaved)))
     if not fast:
         out = rope_formula(xc, cos, sin, interleaved=interleaved)
     elif interleaved:
@@ -347,7 +373,7 @@ def compile_apply_rope(**compile_options):
     return rope
 
 
-class RotaryEmbedding(nn.Module):
+class RotaryEmbedding(Float32Buffers):
     """Applies RoPE to queries and keys: ``forward(q, k, *, offset=0, positions=None) -> (q, k)``.
 
     Args:
@@ -359,7 +385,12 @@ class RotaryEmbedding(nn.Module):
     attention). Their positions are ``offset .. offset+seq-1`` unless ``positions`` (``[seq]`` or
     ``[batch, seq]``, whole numbers) is given. With ``"dynamic"`` scaling the frequencies are recomputed
     for ``max(position) + 1``, as Hugging Face does; keys already in a cache keep their old rotation.
+
+    ``inv_freq`` stays float32 through ``module.to(torch.bfloat16)`` / ``.half()`` (it follows the device,
+    never the dtype), and the rotation is done in float32 and cast to ``q``'s dtype at the end.
     """
+
+    float32_buffers = ("inv_freq",)
 
     def __init__(self, head_dim: int, *, base: float = 10000.0, scaling: dict | None = None,
                  interleaved: bool = False):
@@ -403,8 +434,8 @@ class RotaryEmbedding(nn.Module):
         cos, sin = self.cos_sin(positions)
         if cos.dim() == 3:  # [batch, seq, head_dim] -> broadcast over heads
             cos, sin = cos[:, None], sin[:, None]
-        return (apply_rope(q, cos, sin, interleaved=self.interleaved),
-                apply_rope(k, cos, sin, interleaved=self.interleaved))
+        return (_rotate(q, cos, sin, interleaved=self.interleaved, layout_known=True),
+                _rotate(k, cos, sin, interleaved=self.interleaved, layout_known=True))
 
     def extra_repr(self) -> str:
         return f"head_dim={self.head_dim}, base={self.base}, scaling={self.scaling}, interleaved={self.interleaved}"
