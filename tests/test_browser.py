@@ -80,10 +80,11 @@ class PageVisit:
     def __init__(self, browser, url: str):
         self.context = browser.new_context(viewport={"width": 1280, "height": 900})
         self.page = self.context.new_page()
-        self.errors, self.blocked, self.failed = [], [], []
+        self.errors, self.blocked, self.failed, self.bad_status = [], [], [], []
         self.page.on("console", lambda m: self.errors.append(m.text) if m.type == "error" else None)
         self.page.on("pageerror", lambda e: self.errors.append(str(e)))
         self.page.on("requestfailed", lambda r: self.failed.append(r.url))
+        self.page.on("response", lambda r: self.bad_status.append(f"{r.status} {r.url}") if r.status >= 400 else None)
         self.context.route(re.compile(r"^(?!http://127\.0\.0\.1:).*"), self._block)
         self.page.goto(url, wait_until="load")
         # MathJax typesets after load; wait for it (pages without math have nothing to wait for)
@@ -121,9 +122,12 @@ def visits(server, browser):
                     links: [...document.querySelectorAll('a[href]')].map(a => a.href),
                     title: document.title,
                     animation: document.querySelectorAll('.animation img, .anim-state').length,
+                    icons: [...document.querySelectorAll('link[rel~="icon"]')].map(l => l.href),
                 };
             }""")
-        facts.update(errors=visit.errors, blocked=visit.blocked, failed=visit.failed)
+        # the favicon the page declares (a browser with a window asks for it; headless may not)
+        facts["icon_status"] = [visit.page.request.get(href).status for href in facts["icons"]]
+        facts.update(errors=visit.errors, blocked=visit.blocked, failed=visit.failed, bad_status=visit.bad_status)
         if page_path in SCREENSHOTS:
             name, selector = SCREENSHOTS[page_path]
             target = visit.page.locator(selector).first if selector else visit.page
@@ -138,6 +142,9 @@ def test_page_loads_cleanly_and_offline(visits, page_path):
     facts = visits[page_path]
     assert facts["title"], page_path
     assert facts["errors"] == [], f"{page_path}: console errors {facts['errors']}"
+    assert facts["bad_status"] == [], f"{page_path}: HTTP errors {facts['bad_status']}"
+    assert facts["icons"] and facts["icon_status"] == [200] * len(facts["icons"]), \
+        f"{page_path}: favicon {facts['icons']} -> {facts['icon_status']}"
     assert facts["blocked"] == [], f"{page_path}: requests that left the machine {facts['blocked']}"
     assert facts["failed"] == [], f"{page_path}: failed requests {facts['failed']}"
 

@@ -92,3 +92,13 @@ def test_code_lines_fit_the_page(path):
     """The book's code column shows about 90 characters; longer lines hide behind a scroll bar."""
     long = [line for cell in code_cells(path) for line in "".join(cell["source"]).splitlines() if len(line) > 90]
     assert not long, f"code lines over 90 characters: {long}"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_most_outputs_are_compared(path):
+    """nbval compares every output except NBVAL_IGNORE_OUTPUT cells: at most 30% of a chapter's code cells
+    (the setup cell included) may be volatile, so that nearly everything the reader sees is checked."""
+    cells = code_cells(path)
+    ignored = [cell for cell in cells if "NBVAL_IGNORE_OUTPUT" in "".join(cell["source"])
+               or "nbval-ignore-output" in cell.get("metadata", {}).get("tags", [])]
+    assert len(ignored) <= 0.3 * len(cells), f"{len(ignored)} of {len(cells)} code cells ignore their output"
