@@ -3,10 +3,17 @@
 The corpus is the source code of Python's own standard library (the ``.py`` files of the running
 interpreter), read in sorted order, so every machine with the same Python version gets the same bytes
 and nothing is downloaded. Text is tokenised as raw bytes (vocabulary 256).
+
+The bytes depend on the Python version: another interpreter (Colab's Python 3.12, say) has other
+standard-library files and so trains and scores on a different corpus than the book's committed results
+(Python 3.11.7). ``corpus_fingerprint`` records what a run used (Python version, file list, SHA-256 of
+the bytes) so results can say which corpus they came from.
 """
 
 from __future__ import annotations
 
+import hashlib
+import platform
 import sysconfig
 from pathlib import Path
 
@@ -32,6 +39,50 @@ def _first_files(max_bytes: int) -> list[Path]:
         if total >= max_bytes:
             break
     return chosen
+
+
+def corpus_files(max_bytes: int = 2_000_000) -> list[Path]:
+    """The files whose bytes make up ``stdlib_corpus(max_bytes)``, in order.
+
+    Every file but the last is read whole; the last one is cut where the total reaches ``max_bytes``
+    (all of ``stdlib_files()`` when the standard library is smaller than ``max_bytes``).
+    """
+    return _first_files(check_int("max_bytes", max_bytes))
+
+
+def _digest(tokens: torch.Tensor) -> str:
+    return hashlib.sha256(tokens.to(torch.uint8).numpy().tobytes()).hexdigest()
+
+
+def corpus_fingerprint(max_bytes: int = 2_000_000, validation_fraction: float | None = None) -> dict:
+    """What identifies the corpus on this machine, for printing beside results or storing with them.
+
+    Args:
+        max_bytes: as for ``stdlib_corpus`` (or ``stdlib_split``).
+        validation_fraction: ``None`` describes ``stdlib_corpus(max_bytes)``; a fraction describes
+            ``stdlib_split(max_bytes, validation_fraction)``.
+
+    Returns:
+        A dict with ``"python"`` (the interpreter version whose standard library is read) and
+        ``"max_bytes"``; then, for ``stdlib_corpus``, ``"files"`` (file names in order),
+        ``"n_bytes"`` and ``"sha256"`` (hex digest of the byte values); for a split,
+        ``"validation_fraction"`` and one such ``{"files", "n_bytes", "sha256"}`` dict under
+        ``"train"`` and under ``"validation"``.
+    """
+    max_bytes = check_int("max_bytes", max_bytes)
+    fingerprint = {"python": platform.python_version(), "max_bytes": max_bytes}
+    if validation_fraction is None:
+        corpus = stdlib_corpus(max_bytes)
+        return {**fingerprint, "files": [p.name for p in corpus_files(max_bytes)],
+                "n_bytes": int(corpus.numel()), "sha256": _digest(corpus)}
+    train, validation = stdlib_split(max_bytes, validation_fraction)
+    train_files, validation_files = split_files(max_bytes, validation_fraction)
+    fingerprint["validation_fraction"] = validation_fraction
+    for name, files, tokens in (("train", train_files, train),
+                                ("validation", validation_files, validation)):
+        fingerprint[name] = {"files": [p.name for p in files], "n_bytes": int(tokens.numel()),
+                             "sha256": _digest(tokens)}
+    return fingerprint
 
 
 def _bytes_of(files) -> torch.Tensor:

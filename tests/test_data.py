@@ -28,3 +28,49 @@ def test_random_windows_are_shifted_by_one():
 def test_random_windows_rejects_short_data():
     with pytest.raises(ValueError, match="longer than seq_len"):
         data.random_windows(torch.arange(5), 2, 5)
+
+
+def test_corpus_files_are_those_whose_bytes_are_used():
+    import itertools
+    files = data.stdlib_files()
+    sizes = [f.stat().st_size for f in files]
+    starts = [0, *itertools.accumulate(sizes)][:-1]  # byte offset at which each file begins
+    for max_bytes in (1, sizes[0], sizes[0] + 1, 2_000_000, sum(sizes) + 10):
+        expected = [f for f, start in zip(files, starts) if start < max_bytes]
+        assert data.corpus_files(max_bytes) == expected, max_bytes
+    # the corpus is exactly those files' bytes, the last one cut short
+    used = data.corpus_files(100_000)
+    corpus = data.stdlib_corpus(100_000)
+    assert corpus.tolist() == list(b"".join(f.read_bytes() for f in used)[:100_000])
+    assert sum(f.stat().st_size for f in used[:-1]) < 100_000 <= sum(f.stat().st_size for f in used)
+    with pytest.raises(ValueError, match="max_bytes"):
+        data.corpus_files(0)
+
+
+def test_corpus_fingerprint_matches_an_independent_hash():
+    import hashlib
+    import platform
+    max_bytes = 50_000
+    files = data.stdlib_files()
+    raw = b"".join(f.read_bytes() for f in files)[:max_bytes]
+    fingerprint = data.corpus_fingerprint(max_bytes)
+    assert fingerprint["python"] == platform.python_version()
+    assert fingerprint["max_bytes"] == max_bytes and fingerprint["n_bytes"] == len(raw)
+    assert fingerprint["sha256"] == hashlib.sha256(raw).hexdigest()
+    assert fingerprint["files"] == [f.name for f in data.corpus_files(max_bytes)]
+    # a different corpus gives a different hash
+    assert data.corpus_fingerprint(max_bytes - 1)["sha256"] != fingerprint["sha256"]
+
+
+def test_corpus_fingerprint_of_a_split():
+    import hashlib
+    max_bytes, fraction = 300_000, 0.1
+    training, validation = data.split_files(max_bytes, fraction)
+    fingerprint = data.corpus_fingerprint(max_bytes, fraction)
+    assert fingerprint["validation_fraction"] == fraction
+    for name, files in (("train", training), ("validation", validation)):
+        raw = b"".join(f.read_bytes() for f in files)
+        part = fingerprint[name]
+        assert part["files"] == [f.name for f in files] and part["n_bytes"] == len(raw)
+        assert part["sha256"] == hashlib.sha256(raw).hexdigest()
+    assert not set(fingerprint["train"]["files"]) & set(fingerprint["validation"]["files"])
