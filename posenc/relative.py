@@ -87,7 +87,7 @@ class T5RelativeBias(nn.Module):
         per_offset = self.table(buckets)  # [q_len + k_len - 1, heads]
         # offset of (i, j) is j - i - (k_len - q_len); its index in `offsets` is j - i + q_len - 1
         index = torch.arange(k_len, device=device)[None, :] - torch.arange(q_len, device=device)[:, None] + q_len - 1
-        return per_offset[index].permute(2, 0, 1)  # [q_len, k_len, heads] -> [heads, q_len, k_len]
+        return per_offset.T[:, index]  # [heads, q_len, k_len], contiguous (what fused kernels want)
 
     def extra_repr(self) -> str:
         return (f"n_heads={self.n_heads}, bidirectional={self.bidirectional}, num_buckets={self.num_buckets}, "
