@@ -84,10 +84,10 @@ class T5RelativeBias(nn.Module):
         offsets = torch.arange(-(k_len - 1), q_len, device=device)  # every key_pos - query_pos, ascending
         buckets = t5_relative_bucket(offsets, bidirectional=self.bidirectional, num_buckets=self.num_buckets,
                                      max_distance=self.max_distance)
-        per_offset = self.table(buckets)  # [q_len + k_len - 1, heads]
-        # offset of (i, j) is j - i - (k_len - q_len); its index in `offsets` is j - i + q_len - 1
-        index = torch.arange(k_len, device=device)[None, :] - torch.arange(q_len, device=device)[:, None] + q_len - 1
-        return per_offset.T[:, index]  # [heads, q_len, k_len], contiguous (what fused kernels want)
+        per_offset = self.table(buckets).T  # [heads, q_len + k_len - 1]
+        # Row i reads the k_len offsets starting at index q_len - 1 - i: sliding windows, last one first.
+        windows = per_offset.contiguous().unfold(1, k_len, 1)  # [heads, q_len, k_len], window w = [w, w + k_len)
+        return windows.flip(1).contiguous()  # row i <- window q_len - 1 - i; contiguous for fused kernels
 
     def extra_repr(self) -> str:
         return (f"n_heads={self.n_heads}, bidirectional={self.bidirectional}, num_buckets={self.num_buckets}, "
