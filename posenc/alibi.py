@@ -93,8 +93,8 @@ def alibi_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, slopes
     (passed as a 4-D mask). Precision: the extra feature adds ``slope * j`` (up to ``slope * (T-1)``) to
     float32 scores before the row constant cancels, so the logit error grows like
     ``eps_float32 * slope * T``: about 1e-4 to 1e-3 for T in the thousands (tests and chapter 8 use a
-    tolerance that grows with T). In production, FlashAttention-2 (``alibi_slopes``) and FlexAttention
-    compute the bias inside the kernel for any dtype.
+    tolerance that grows with T). In production the bias is computed inside the kernel:
+    FlashAttention-2's ``alibi_slopes`` (fp16 and bf16 on GPUs) or a FlexAttention ``score_mod``.
     """
     for name, t in (("q", q), ("k", k), ("v", v)):
         check_tensor(name, t, min_dim=4)
