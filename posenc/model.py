@@ -13,7 +13,7 @@ from torch import nn
 
 from ._validate import check_int, check_positive_float, check_tensor
 from .absolute import LearnedEncoding, SinusoidalEncoding
-from .attention import POSITION_METHODS, KVCache, MultiHeadAttention
+from .attention import ABSOLUTE_METHODS, POSITION_METHODS, KVCache, MultiHeadAttention
 from .relative import T5RelativeBias
 
 
@@ -80,7 +80,7 @@ class TransformerLM(nn.Module):
             if max_len is None:
                 raise ValueError("max_len is required for position='learned' (the size of its table)")
             self.absolute = LearnedEncoding(max_len, dim)
-        inside = "none" if position in ("sinusoidal", "learned") else position  # absolute: added to embeddings
+        inside = "none" if position in ABSOLUTE_METHODS else position  # absolute: added to the embeddings
         attention_options = dict(position=inside, causal=self.causal, rope_base=rope_base,
                                  rope_scaling=rope_scaling, rope_interleaved=rope_interleaved)
         if position == "t5":
