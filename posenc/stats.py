@@ -1,0 +1,105 @@
+"""The few statistics the book's studies need: intervals over seeds and over evaluation windows.
+
+- ``t_interval(values)``: mean and Student-t confidence interval, for a handful of seeds.
+- ``paired_interval(a, b)``: the same for per-seed differences ``a[seed] - b[seed]``: every method in a
+  study sees the same data order for a given seed, so pairing removes the seed-to-seed spread that the
+  methods share.
+- ``bootstrap_interval(values)``: percentile bootstrap of a mean, for many evaluation windows.
+
+Plain Python and torch; no SciPy. The Student-t quantile is found by bisection on the t distribution's
+CDF, integrated numerically (accurate to about 1e-6, far below what a 5-seed interval can resolve).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+
+import torch
+
+from ._validate import check_int
+
+
+def _check_level(level: float) -> float:
+    if not 0 < level < 1:
+        raise ValueError(f"level must be in (0, 1), got {level}")
+    return float(level)
+
+
+def _t_cdf(x: float, df: int) -> float:
+    """P(T <= x) for Student's t with ``df`` degrees of freedom (x >= 0), by Simpson's rule."""
+    log_norm = math.lgamma((df + 1) / 2) - math.lgamma(df / 2) - 0.5 * math.log(df * math.pi)
+
+    def density(t: float) -> float:
+        return math.exp(log_norm - (df + 1) / 2 * math.log1p(t * t / df))
+
+    steps = 2000  # even
+    h = x / steps
+    total = density(0.0) + density(x)
+    total += sum((4 if i % 2 else 2) * density(i * h) for i in range(1, steps))
+    return 0.5 + total * h / 3
+
+
+def t_quantile(probability: float, df: int) -> float:
+    """The ``probability`` quantile of Student's t with ``df`` degrees of freedom (probability > 0.5).
+
+    ``t_quantile(0.975, 4)`` is 2.776, the factor on the standard error of a 95% interval over 5 seeds.
+    """
+    df = check_int("df", df)
+    if not 0.5 < probability < 1:
+        raise ValueError(f"probability must be in (0.5, 1), got {probability}")
+    low, high = 0.0, 1.0
+    while _t_cdf(high, df) < probability:
+        high *= 2
+    for _ in range(60):
+        middle = (low + high) / 2
+        low, high = (middle, high) if _t_cdf(middle, df) < probability else (low, middle)
+    return (low + high) / 2
+
+
+def t_interval(values, level: float = 0.95) -> tuple[float, float, float]:
+    """``(mean, low, high)``: the mean of ``values`` and its Student-t confidence interval.
+
+    With one value the interval is ``(mean, mean)``: there is no spread to estimate, and callers that
+    assert on bounds should require at least two values.
+    """
+    level = _check_level(level)
+    values = [float(v) for v in values]
+    if not values:
+        raise ValueError("values must not be empty")
+    mean = statistics.fmean(values)
+    if len(values) == 1:
+        return mean, mean, mean
+    half = t_quantile(0.5 + level / 2, len(values) - 1) * statistics.stdev(values) / math.sqrt(len(values))
+    return mean, mean - half, mean + half
+
+
+def paired_interval(a: dict, b: dict, level: float = 0.95) -> tuple[float, float, float]:
+    """``t_interval`` of ``a[key] - b[key]`` over the keys (seeds) both dicts have.
+
+    Raises if they share fewer than two keys.
+    """
+    common = sorted(set(a) & set(b), key=str)
+    if len(common) < 2:
+        raise ValueError(f"a and b must share at least two keys (seeds), got {common}")
+    return t_interval([float(a[key]) - float(b[key]) for key in common], level)
+
+
+def bootstrap_interval(values, *, level: float = 0.95, n_resamples: int = 2000,
+                       seed: int = 0) -> tuple[float, float]:
+    """Percentile bootstrap interval ``(low, high)`` of the mean of ``values`` (a 1-D sequence).
+
+    Each resample draws ``len(values)`` values with replacement; the interval holds the central
+    ``level`` of the resampled means. Seeded, so the same values always give the same interval.
+    """
+    level = _check_level(level)
+    n_resamples = check_int("n_resamples", n_resamples)
+    values = torch.as_tensor(values, dtype=torch.float64).flatten()
+    if values.numel() == 0:
+        raise ValueError("values must not be empty")
+    generator = torch.Generator().manual_seed(seed)
+    draws = torch.randint(0, values.numel(), (n_resamples, values.numel()), generator=generator)
+    means = values[draws].mean(dim=1)
+    tail = (1 - level) / 2
+    low, high = torch.quantile(means, torch.tensor([tail, 1 - tail], dtype=torch.float64))
+    return float(low), float(high)

@@ -1,0 +1,11 @@
+"""The book's measured studies, one module per study.
+
+Each module has ``PRESETS`` (``tiny`` for tests, ``ci`` for a chapter's live run, ``full`` for the
+committed results, ``gpu`` for a CUDA device), ``next_run(config, runs) -> key or None`` (which run comes
+next, given the runs done so far) and ``run(config, key, checkpoint_dir) -> dict``.
+``posenc.experiments`` runs them from the command line and writes the JSON.
+"""
+
+from . import context_extension, head_to_head, v1
+
+STUDIES = {"context_extension": context_extension, "head_to_head": head_to_head, **v1.STUDIES}

@@ -1,0 +1,76 @@
+"""What every study shares: the model it builds, checkpoints, the process rank, and one evaluation of a
+language model at several lengths (perplexity with intervals, the truncated baseline, per-position
+loss, passkey retrieval)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from .. import evaluate
+from ..model import TransformerLM
+
+
+def rank() -> int:
+    """This process's rank under ``torchrun`` (0 otherwise): only rank 0 evaluates and writes."""
+    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+
+
+def make_model(method: str, config: dict, vocab_size: int, max_len: int, **options) -> TransformerLM:
+    """The study's ``TransformerLM`` for ``method`` (sizes from ``config``; ``options`` passed on)."""
+    return TransformerLM(vocab_size, config["dim"], config["layers"], config["heads"], position=method,
+                         max_len=max_len, **options)
+
+
+def save_checkpoint(model: torch.nn.Module, path: Path, meta: dict) -> None:
+    """Weights and plain metadata only, loadable with ``torch.load(path, weights_only=True)``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save({"state_dict": model.state_dict(), "meta": meta}, path)
+
+
+def load_checkpoint(path: Path) -> dict:
+    return torch.load(path, map_location="cpu", weights_only=True)
+
+
+def n_windows(config: dict, length: int) -> int:
+    """Evaluation windows at ``length``: ``eval_tokens // length`` (at least 8), spread over the split."""
+    return max(8, config["eval_tokens"] // length)
+
+
+def rounded(values, digits: int = 4) -> list[float]:
+    return [round(float(v), digits) for v in values]
+
+
+def score_lengths(model: torch.nn.Module, validation: torch.Tensor, config: dict, lengths, *,
+                  curve_length: int | None = None, truncate: int | None = None) -> dict:
+    """Perplexity (with bootstrap interval) at each length; the per-position curve at ``curve_length``;
+    with ``truncate``, the same for the model reading at most ``truncate`` tokens at once.
+
+    Returns ``{"perplexity": {str(n): summary}, "curve": [...]}`` and, with ``truncate``,
+    ``"truncated"`` and ``"truncated_curve"`` alike (summaries from ``evaluate.perplexity_summary``).
+    """
+    result = {"perplexity": {}}
+    if truncate is not None:
+        result["truncated"] = {}
+    for length in lengths:
+        losses = evaluate.token_losses(model, validation, length, n_windows=n_windows(config, length))
+        result["perplexity"][str(length)] = evaluate.perplexity_summary(losses)
+        if length == curve_length:
+            result["curve"] = rounded(evaluate.position_curve(losses, config["curve_bin"]))
+        if truncate is not None and length > truncate:
+            losses = evaluate.truncated_token_losses(model, validation, length, truncate,
+                                                     n_windows=n_windows(config, length))
+            result["truncated"][str(length)] = evaluate.perplexity_summary(losses)
+            if length == curve_length:
+                result["truncated_curve"] = rounded(evaluate.position_curve(losses, config["curve_bin"]))
+    return result
+
+
+def passkey(model: torch.nn.Module, validation: torch.Tensor, config: dict, lengths,
+            context: int | None = None) -> dict:
+    """The passkey grid of ``config`` (depths, keys) at ``lengths`` and its effective length."""
+    grid = evaluate.passkey_grid(model, validation, lengths, config["passkey_depths"],
+                                 n_keys=config["passkey_keys"], context=context)
+    return {"grid": grid, "effective_length": evaluate.effective_length(grid)}

@@ -1,0 +1,221 @@
+"""Chapter 7's study: extending a RoPE model's context beyond its training length L.
+
+One RoPE language model per seed is trained at L. Then, for each seed:
+
+- **zero-shot recipes** (``EXTENSION_RECIPES``) at factors s (evaluated at sL, and at L with the same
+  setting: the cost at L), each labelled with its effective factor at every length;
+- the **truncated baseline** (the base model reading at most L tokens at once) and **no scaling** at
+  every length;
+- **fine-tunes** from the base weights on the same number of tokens (``FINE_TUNES``): continued training
+  at L without change, at 2L without change, PI and YaRN at 2L, and base enlargement (a larger RoPE
+  base, continued at 2L: the recipe of Llama 2 Long, Code Llama and Llama 3);
+- for every model: perplexity with a bootstrap interval over windows spread across the whole
+  validation split, per-position loss at the longest length, and a passkey grid.
+
+The measured head is chosen so that its RoPE pairs fall into YaRN's and Llama 3's bands in proportions
+like a Llama 2 head's (``band_counts``), which a head of 12 pairs trained at L = 128 cannot do.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import time
+from pathlib import Path
+
+import torch
+
+from .. import data
+from ..rope import rope_frequencies
+from ..train import TrainConfig, train_model
+from .common import make_model, passkey, rank, save_checkpoint, score_lengths
+
+_ZERO_SHOT = dict(factors=[2, 4], passkey_depths=[0.0, 0.25, 0.5, 0.75, 1.0], curve_bin=32, lr=3e-3,
+                  weight_decay=0.01, decay="linear", methods=["rope"])
+PRESETS = {
+    "tiny": dict(_ZERO_SHOT, dim=32, layers=1, heads=2, rope_base=1000.0, train_len=32, steps=6, batch=2,
+                 warmup=2, seeds=[0], max_bytes=400_000, eval_tokens=512, passkey_lengths=[128],
+                 passkey_keys=2, curve_bin=8, fine_tune_steps=2, fine_tune_batch=1, fine_tune_lr=1e-3,
+                 fine_tune_warmup=1, fine_tunes=["continued, L", "YaRN, 2L"], base_factor=10.0),
+    "ci": dict(_ZERO_SHOT, dim=96, layers=3, heads=3, rope_base=1000.0, train_len=512, steps=400, batch=8,
+               warmup=40, seeds=[0], max_bytes=4_000_000, eval_tokens=16384,
+               passkey_lengths=[256, 512, 1024, 2048], passkey_keys=8, fine_tune_steps=60,
+               fine_tune_batch=4, fine_tune_lr=1e-3, fine_tune_warmup=6,
+               fine_tunes=["continued, L", "YaRN, 2L"], base_factor=10.0),
+    "full": dict(_ZERO_SHOT, dim=96, layers=3, heads=3, rope_base=1000.0, train_len=512, steps=2000,
+                 batch=8, warmup=100, seeds=[0, 1, 2, 3, 4], max_bytes=4_000_000, eval_tokens=65536,
+                 passkey_lengths=[256, 512, 1024, 2048], passkey_keys=16, fine_tune_steps=250,
+                 fine_tune_batch=4, fine_tune_lr=1e-3, fine_tune_warmup=25,
+                 fine_tunes=["continued, L", "continued, 2L", "PI, 2L", "YaRN, 2L", "base x10, 2L"],
+                 base_factor=10.0),
+    # the same code at about 10x the full scale for a CUDA device: 10x the tokens per seed, 2x L
+    "gpu": dict(_ZERO_SHOT, dim=256, layers=6, heads=8, rope_base=3000.0, train_len=1024, steps=5000,
+                batch=32, warmup=250, seeds=[0, 1, 2, 3, 4], max_bytes=50_000_000, eval_tokens=262144,
+                passkey_lengths=[512, 1024, 2048, 4096], passkey_keys=32, fine_tune_steps=500,
+                fine_tune_batch=16, fine_tune_lr=5e-4, fine_tune_warmup=50,
+                fine_tunes=["continued, L", "continued, 2L", "PI, 2L", "YaRN, 2L", "base x10, 2L"],
+                base_factor=10.0),
+}
+
+EXTENSION_RECIPES = ("none", "PI", "NTK-aware", "dynamic NTK", "dynamic NTK, fixed s", "YaRN",
+                     "YaRN, t = 1", "Llama 3")
+FINE_TUNES = ("continued, L", "continued, 2L", "PI, 2L", "YaRN, 2L", "base x10, 2L")
+
+
+def extension_recipe(name: str, factor: float, original_length: int) -> dict | None:
+    """The ``rope_scaling`` dict of a zero-shot recipe for a model trained at ``original_length``,
+    deployed with factor ``factor`` (``None``: no scaling).
+
+    ``"dynamic NTK"`` is the YaRN paper's definition (Sec. 3.3): the NTK-aware factor follows the
+    sequence, s = max(1, length / L), which is Hugging Face's ``dynamic`` type with ``factor`` 1.
+    ``"dynamic NTK, fixed s"`` is the same type with a deployment factor, as configs ship it; its
+    effective factor at length n is ``s * n / L - (s - 1)`` (see ``effective_factor``).
+    ``"YaRN, t = 1"`` is YaRN without its attention temperature.
+    """
+    original = {"original_max_position_embeddings": original_length}
+    recipes = {"none": None,
+               "PI": {"rope_type": "linear", "factor": factor},
+               "NTK-aware": {"rope_type": "ntk", "factor": factor},
+               "dynamic NTK": {"rope_type": "dynamic", "factor": 1.0, **original},
+               "dynamic NTK, fixed s": {"rope_type": "dynamic", "factor": factor, **original},
+               "YaRN": {"rope_type": "yarn", "factor": factor, **original},
+               "YaRN, t = 1": {"rope_type": "yarn", "factor": factor, "attention_factor": 1.0, **original},
+               "Llama 3": {"rope_type": "llama3", "factor": factor, "low_freq_factor": 1.0,
+                           "high_freq_factor": 4.0, **original}}
+    if name not in recipes:
+        raise ValueError(f"recipe must be one of {list(recipes)}, got {name!r}")
+    return recipes[name]
+
+
+def effective_factor(name: str, factor: float, length: int, original_length: int) -> float:
+    """The stretch a recipe applies at ``length``: ``factor`` for the static recipes, 1 for none,
+    ``max(1, n/L)`` for dynamic NTK and ``max(1, s n/L - (s - 1))`` for dynamic NTK with fixed s."""
+    ratio = length / original_length
+    if name == "none":
+        return 1.0
+    if name == "dynamic NTK":
+        return max(1.0, ratio)
+    if name == "dynamic NTK, fixed s":
+        return max(1.0, factor * ratio - (factor - 1)) if length > original_length else 1.0
+    return float(factor)
+
+
+def band_counts(head_dim: int, base: float, length: int, factor: float = 4.0) -> dict:
+    """How YaRN and Llama 3 treat the pairs of a RoPE head trained at ``length``: how many are kept
+    (ratio 1), interpolated (ratio 1/factor) or in between (ramped), and how many turn less than once
+    in ``length`` (wavelength above L)."""
+    plain, _ = rope_frequencies(head_dim, base=base)
+    row = {"pairs": head_dim // 2,
+           "wavelength > L": int((2 * math.pi / plain > length).sum())}
+    for name in ("YaRN", "Llama 3"):
+        scaled, _ = rope_frequencies(head_dim, base=base,
+                                     scaling=extension_recipe(name, factor, length))
+        ratio = scaled / plain
+        kept = int((ratio > 1 - 1e-6).sum())
+        interpolated = int((ratio < 1 / factor + 1e-6).sum())
+        row[name] = {"kept": kept, "ramped": head_dim // 2 - kept - interpolated,
+                     "interpolated": interpolated}
+    return row
+
+
+def next_run(config: dict, runs: list[dict]) -> dict | None:
+    done = {(run["method"], run["seed"]) for run in runs}
+    for seed in config["seeds"]:
+        if ("rope", seed) not in done:
+            return {"method": "rope", "seed": seed}
+    return None
+
+
+def _fine_tune_setting(name: str, config: dict) -> tuple[int, dict | None, float]:
+    """(training length, rope_scaling, rope base) of a fine-tune in ``FINE_TUNES``."""
+    L, base = config["train_len"], config["rope_base"]
+    settings = {"continued, L": (L, None, base), "continued, 2L": (2 * L, None, base),
+                "PI, 2L": (2 * L, extension_recipe("PI", 2.0, L), base),
+                "YaRN, 2L": (2 * L, extension_recipe("YaRN", 2.0, L), base),
+                "base x10, 2L": (2 * L, None, base * config["base_factor"])}
+    if name not in settings:
+        raise ValueError(f"fine-tune must be one of {list(settings)}, got {name!r}")
+    return settings[name]
+
+
+def run(config: dict, key: dict, checkpoint_dir: Path | None) -> dict:
+    seed, L = key["seed"], config["train_len"]
+    train_bytes, validation = data.stdlib_split(config["max_bytes"])
+    lengths = [L] + [f * L for f in config["factors"]]
+    longest = lengths[-1]
+
+    def build(scaling=None, base=None):
+        torch.manual_seed(seed)
+        return make_model("rope", config, data.VOCAB_SIZE, longest, rope_scaling=scaling,
+                          rope_base=config["rope_base"] if base is None else base)
+
+    def batches(length, batch):
+        return lambda generator: data.random_windows(train_bytes, batch, length, generator=generator)
+
+    start = time.perf_counter()
+    base_model = build()
+    history = train_model(base_model, batches(L, config["batch"]),
+                          TrainConfig(steps=config["steps"], warmup=config["warmup"], lr=config["lr"],
+                                      weight_decay=config["weight_decay"], decay=config["decay"], seed=seed,
+                                      log_every=max(1, config["steps"] // 20)))
+    result = {"train_seconds": time.perf_counter() - start, "history": history,
+              "parameters": sum(p.numel() for p in base_model.parameters()),
+              "train_tokens": config["steps"] * config["batch"] * L}
+    if rank() != 0:
+        return result
+    weights = copy.deepcopy(base_model.state_dict())
+    if checkpoint_dir is not None:
+        save_checkpoint(base_model, checkpoint_dir / f"context_extension_seed{seed}.pt",
+                        {"seed": seed, "config": json.dumps(config)})
+
+    def with_recipe(name, factor):
+        model = build(extension_recipe(name, float(factor), L))
+        model.load_state_dict(weights)
+        return model.eval()
+
+    deploy = max(config["factors"])
+    base_scores = score_lengths(base_model, validation, config, lengths, curve_length=longest, truncate=L)
+    result["no_scaling"] = {"perplexity": base_scores["perplexity"], "curve": base_scores["curve"]}
+    result["truncated"] = {"perplexity": base_scores["truncated"], "curve": base_scores["truncated_curve"],
+                           "passkey": passkey(base_model, validation, config, config["passkey_lengths"],
+                                              context=L)}
+    result["no_scaling"]["passkey"] = passkey(base_model, validation, config, config["passkey_lengths"])
+    result["zero_shot"] = {}
+    for name in EXTENSION_RECIPES[1:]:
+        entry = {"perplexity": {}, "effective_factor": {}}
+        for factor in config["factors"]:
+            model = with_recipe(name, factor)
+            scores = score_lengths(model, validation, config, [L, factor * L],
+                                   curve_length=longest if factor == deploy else None)
+            entry["perplexity"][f"s={factor}"] = scores["perplexity"]
+            entry["effective_factor"][f"s={factor}"] = {
+                str(n): effective_factor(name, factor, n, L) for n in (L, factor * L)}
+            if factor == deploy:
+                entry["curve"] = scores["curve"]
+                entry["passkey"] = passkey(model, validation, config, config["passkey_lengths"])
+        result["zero_shot"][name] = entry
+    result["fine_tuned"] = {}
+    for name in config["fine_tunes"]:
+        length, scaling, base = _fine_tune_setting(name, config)
+        model = build(scaling, base)
+        model.load_state_dict(weights)
+        tokens = config["fine_tune_steps"] * config["fine_tune_batch"] * 2 * L
+        batch = tokens // (config["fine_tune_steps"] * length)  # the same tokens at every length
+        tuned_start = time.perf_counter()
+        train_model(model, batches(length, batch),
+                    TrainConfig(steps=config["fine_tune_steps"], warmup=config["fine_tune_warmup"],
+                                lr=config["fine_tune_lr"], weight_decay=config["weight_decay"],
+                                decay=config["decay"],
+                                seed=seed + 5, log_every=max(1, config["fine_tune_steps"] // 5)))
+        scores = score_lengths(model, validation, config, lengths, curve_length=longest,
+                               truncate=L if name == "continued, L" else None)
+        result["fine_tuned"][name] = {
+            "train_length": length, "tokens": tokens, "seconds": time.perf_counter() - tuned_start,
+            "perplexity": scores["perplexity"], "curve": scores["curve"],
+            "passkey": passkey(model, validation, config, config["passkey_lengths"])}
+        if name == "continued, L":
+            result["fine_tuned"][name]["truncated"] = scores["truncated"]
+            result["fine_tuned"][name]["truncated_curve"] = scores["truncated_curve"]
+    result["seconds"] = time.perf_counter() - start
+    return result

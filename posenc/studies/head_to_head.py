@@ -1,0 +1,124 @@
+"""Chapter 10's study: every position method in the same small byte-level language model.
+
+Each method is trained at length L at the best of a small learning-rate sweep (the sweep runs on the
+first seed; the other seeds use the winner), then evaluated at L, 2L, ... 16L with the book's
+evaluation tools: perplexity with a bootstrap interval over windows spread across the whole validation
+split, the truncated baseline (the same model reading at most L tokens at once), per-position loss up to
+the longest length, and a passkey grid. The RoPE model is also evaluated with YaRN (factor n/L) and with
+dynamic NTK (the YaRN paper's form), so that ALiBi is measured against RoPE's extension recipes in the
+same study. Every method sees the same batches for a given seed, so differences can be paired by seed.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import torch
+
+from .. import data
+from ..attention import POSITION_METHODS
+from ..train import TrainConfig, train_model
+from .common import make_model, passkey, rank, save_checkpoint, score_lengths
+from .context_extension import extension_recipe
+
+_COMMON = dict(methods=list(POSITION_METHODS), decay="linear", weight_decay=0.01,
+               passkey_depths=[0.0, 0.25, 0.5, 0.75, 1.0], max_bytes=4_000_000)
+PRESETS = {
+    "tiny": dict(_COMMON, dim=32, layers=1, heads=2, train_len=32, factors=[1, 2], steps=6, batch=4,
+                 warmup=2, seeds=[0, 1], lr_grid=[1e-3, 3e-3], methods=["none", "rope"],
+                 max_bytes=400_000, eval_tokens=512, passkey_lengths=[128], passkey_keys=2, curve_bin=8),
+    "ci": dict(_COMMON, dim=64, layers=2, heads=4, train_len=64, factors=[1, 2, 4, 8], steps=200, batch=16,
+               warmup=20, seeds=[0], lr_grid=[3e-3], eval_tokens=8192, passkey_lengths=[128, 256, 512],
+               passkey_keys=4, curve_bin=8),
+    "full": dict(_COMMON, dim=96, layers=3, heads=4, train_len=128, factors=[1, 2, 4, 8, 16], steps=2000,
+                 batch=16, warmup=100, seeds=[0, 1, 2, 3, 4], lr_grid=[1.5e-3, 3e-3, 6e-3],
+                 eval_tokens=65536, passkey_lengths=[128, 256, 512, 1024, 2048], passkey_keys=16,
+                 curve_bin=16),
+    # the same code at more than 10x the full scale for a CUDA device
+    "gpu": dict(_COMMON, dim=384, layers=6, heads=6, train_len=512, factors=[1, 2, 4, 8, 16], steps=10000,
+                batch=32, warmup=500, seeds=[0, 1, 2, 3, 4], lr_grid=[5e-4, 1e-3, 2e-3],
+                max_bytes=50_000_000, eval_tokens=262144,
+                passkey_lengths=[512, 1024, 2048, 4096, 8192], passkey_keys=32, curve_bin=64),
+}
+
+ROPE_EXTENSIONS = ("YaRN", "dynamic NTK")
+
+
+def best_lr(config: dict, runs: list[dict], method: str) -> float | None:
+    """The sweep's winner for ``method``: the learning rate whose first-seed run has the lowest
+    perplexity at L (``None`` until every learning rate of the sweep has run)."""
+    L, sweep_seed = str(config["train_len"]), config["seeds"][0]
+    scores = {run["lr"]: run["perplexity"][L]["perplexity"] for run in runs
+              if run["method"] == method and run["seed"] == sweep_seed}
+    if any(lr not in scores for lr in config["lr_grid"]):
+        return None
+    return min(config["lr_grid"], key=lambda lr: scores[lr])
+
+
+def next_run(config: dict, runs: list[dict]) -> dict | None:
+    """First every method's sweep on the first seed, then the other seeds at each method's winner."""
+    done = {(run["method"], run["seed"], run["lr"]) for run in runs}
+    for method in config["methods"]:
+        for lr in config["lr_grid"]:
+            if (method, config["seeds"][0], lr) not in done:
+                return {"method": method, "seed": config["seeds"][0], "lr": lr}
+    for seed in config["seeds"][1:]:
+        for method in config["methods"]:
+            lr = best_lr(config, runs, method)
+            if (method, seed, lr) not in done:
+                return {"method": method, "seed": seed, "lr": lr}
+    return None
+
+
+def seed_runs(record: dict) -> list[dict]:
+    """The runs of a record at each method's chosen learning rate (one per method and seed)."""
+    config, runs = record["config"], record["runs"]
+    chosen = {method: best_lr(config, runs, method) for method in config["methods"]}
+    return [run for run in runs if run["lr"] == chosen[run["method"]]]
+
+
+def run(config: dict, key: dict, checkpoint_dir: Path | None) -> dict:
+    method, seed, lr = key["method"], key["seed"], key["lr"]
+    train_bytes, validation = data.stdlib_split(config["max_bytes"])
+    L = config["train_len"]
+    lengths = [f * L for f in config["factors"]]
+    torch.manual_seed(seed)
+    model = make_model(method, config, data.VOCAB_SIZE, L)
+    start = time.perf_counter()
+    history = train_model(
+        model, lambda g: data.random_windows(train_bytes, config["batch"], L, generator=g),
+        TrainConfig(steps=config["steps"], warmup=config["warmup"], lr=lr, seed=seed, decay=config["decay"],
+                    weight_decay=config["weight_decay"], log_every=max(1, config["steps"] // 20)))
+    result = {"train_seconds": time.perf_counter() - start, "history": history,
+              "parameters": sum(p.numel() for p in model.parameters()),
+              "train_tokens": config["steps"] * config["batch"] * L}
+    if rank() != 0:
+        return result
+    if checkpoint_dir is not None:
+        save_checkpoint(model, checkpoint_dir / f"head_to_head_{method}_seed{seed}_lr{lr:g}.pt",
+                        {"method": method, "seed": seed, "lr": lr, "config": json.dumps(config)})
+    usable = [n for n in lengths if method != "learned" or n <= L]  # no table rows beyond L
+    scores = score_lengths(model, validation, config, usable, curve_length=lengths[-1], truncate=L)
+    result.update(scores)
+    keys = [n for n in config["passkey_lengths"] if method != "learned" or n <= L]
+    result["passkey"] = passkey(model, validation, config, keys)
+    result["truncated_passkey"] = passkey(model, validation, config, config["passkey_lengths"], context=L)
+    if method == "rope":
+        result["rope_extensions"] = {}
+        weights = model.state_dict()
+        for name in ROPE_EXTENSIONS:
+            entry = {"perplexity": {}}
+            for n in lengths[1:]:
+                scaled = make_model(method, config, data.VOCAB_SIZE, L,
+                                    rope_scaling=extension_recipe(name, n / L, L))
+                scaled.load_state_dict(weights)
+                scaled_scores = score_lengths(scaled, validation, config, [n], curve_length=lengths[-1])
+                entry["perplexity"][str(n)] = scaled_scores["perplexity"][str(n)]
+                if n == lengths[-1]:
+                    entry["curve"] = scaled_scores["curve"]
+                    entry["passkey"] = passkey(scaled, validation, config, config["passkey_lengths"])
+            result["rope_extensions"][name] = entry
+    result["seconds"] = time.perf_counter() - start
+    return result
