@@ -19,9 +19,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from ._float32 import Float32Buffers
-from ._validate import check_choice, check_int, check_tensor
+from ._validate import check_choice, check_int, check_integer_positions, check_tensor
 from . import alibi
-from .relative import T5RelativeBias
+from .relative import T5RelativeBias, t5_relative_bucket
 from .rope import RotaryEmbedding
 
 POSITION_METHODS = ("none", "sinusoidal", "learned", "t5", "rope", "alibi")  # TransformerLM's choices
@@ -35,12 +35,45 @@ def _four_dimensional(mask: torch.Tensor) -> torch.Tensor:
     return mask.reshape((1,) * (4 - mask.dim()) + tuple(mask.shape))
 
 
+def checked_positions(positions, batch: int, seq: int, *, device=None) -> torch.Tensor:
+    """Explicit token positions as a LongTensor ``[batch or 1, seq]`` (from ``[seq]`` or ``[batch, seq]``).
+
+    Raises ``ValueError`` unless they are whole numbers >= 0 with ``seq`` entries per row and a batch
+    size of 1 or ``batch``. They need not increase: causality follows the order of the tokens.
+    """
+    check_integer_positions("positions", positions)
+    if positions.dim() not in (1, 2) or positions.shape[-1] != seq:
+        raise ValueError(f"positions must be [seq] or [batch, seq] with seq={seq}, got {tuple(positions.shape)}")
+    if positions.dim() == 2 and positions.shape[0] not in (1, batch):
+        raise ValueError(f"positions' batch size {positions.shape[0]} must be 1 or {batch}")
+    if positions.numel() and positions.min() < 0:
+        raise ValueError(f"positions must be >= 0, got {int(positions.min())}")
+    positions = positions.reshape(-1, seq).long()
+    return positions if device is None else positions.to(device)
+
+
+def joined_positions(past: torch.Tensor | None, past_length: int, new: torch.Tensor) -> torch.Tensor:
+    """Positions of every key: the cached keys' (``past``, or ``0 .. past_length-1`` when they were
+    added without explicit positions) followed by ``new``; ``[batch or 1, past_length + seq]``."""
+    if past is None:
+        past = torch.arange(past_length, device=new.device)[None]
+    rows = max(past.shape[0], new.shape[0])
+    return torch.cat((past.expand(rows, -1), new.expand(rows, -1)), dim=1)
+
+
+def relative_distances(query_positions: torch.Tensor, key_positions: torch.Tensor) -> torch.Tensor:
+    """``key_pos - query_pos`` for every query and key: ``[b, q], [b, k] -> [b, q, k]``."""
+    return key_positions[:, None, :] - query_positions[:, :, None]
+
+
 class LayerCache:
-    """Keys and values of one attention layer seen so far, each ``[batch, heads, length, head_dim]``."""
+    """Keys and values of one attention layer seen so far, each ``[batch, heads, length, head_dim]``, and
+    their ``positions`` (``[batch or 1, length]``) when they were added with explicit positions."""
 
     def __init__(self):
         self.k: torch.Tensor | None = None
         self.v: torch.Tensor | None = None
+        self.positions: torch.Tensor | None = None
 
     @property
     def length(self) -> int:
@@ -84,9 +117,12 @@ class MultiHeadAttention(Float32Buffers):
         t5_bias: an existing ``T5RelativeBias`` to share (T5 shares one across layers).
         alibi_slopes: optional ``[n_heads]`` slopes when position="alibi".
 
-    ``forward(x[batch, seq, dim], *, cache=None, need_weights=False, position_bias=None) -> [batch, seq, dim]``
-    (and the ``[batch, heads, seq, k_len]`` attention weights when ``need_weights``). With a ``LayerCache``
-    the new tokens are the positions after those already cached, and their keys and values are appended.
+    ``forward(x[batch, seq, dim], *, cache=None, need_weights=False, position_bias=None, positions=None)
+    -> [batch, seq, dim]`` (and the ``[batch, heads, seq, k_len]`` attention weights when ``need_weights``).
+    With a ``LayerCache`` the new tokens are the positions after those already cached, and their keys and
+    values are appended. ``positions`` (whole numbers >= 0, ``[seq]`` or ``[batch, seq]``) gives the new
+    tokens explicit positions instead (randomized positions, say): RoPE rotates by them, ALiBi and T5 use
+    ``key_pos - query_pos``, ``"none"`` ignores them; a cache then remembers its keys' positions.
     ``position_bias`` (``[heads, seq, k_len]``, from ``attention_bias``) is the additive mask computed once
     by the caller and shared by the layers, as T5 does; without it each layer computes its own.
 
@@ -128,29 +164,47 @@ class MultiHeadAttention(Float32Buffers):
                 raise ValueError(f"alibi_slopes must have shape [{n_heads}], got {tuple(slopes.shape)}")
             self.register_buffer("slopes", slopes.float(), persistent=False)
 
-    def attention_bias(self, q_len: int, k_len: int, *, device=None) -> torch.Tensor | None:
+    def attention_bias(self, q_len: int, k_len: int, *, device=None, query_positions: torch.Tensor | None = None,
+                       key_positions: torch.Tensor | None = None) -> torch.Tensor | None:
         """The whole additive mask: ``score_bias`` plus ``-inf`` above the causal diagonal, or None.
 
-        Shape ``[heads, q_len, k_len]`` (``[q_len, k_len]`` for a causal layer with no score bias). A model
-        whose layers share one bias (T5) calls this once and passes the result as ``position_bias``.
+        Shape ``[heads, q_len, k_len]`` (``[q_len, k_len]`` for a causal layer with no score bias); with
+        explicit ``query_positions`` ``[b, q_len]`` and ``key_positions`` ``[b, k_len]`` (b may be 1, see
+        ``checked_positions``), ``[b, heads, q_len, k_len]``. The causal mask follows the order of the
+        tokens, whatever their positions. A model whose layers share one bias (T5) calls this once and
+        passes the result as ``position_bias``.
         """
-        bias = self.score_bias(q_len, k_len)
+        bias = self.score_bias(q_len, k_len, query_positions=query_positions, key_positions=key_positions)
         if not self.causal:
             return bias
         hidden = ~alibi.causal_mask(q_len, k_len, device=device)
         bias = torch.zeros(q_len, k_len, device=device) if bias is None else bias
         return bias.masked_fill(hidden, float("-inf"))
 
-    def score_bias(self, q_len: int, k_len: int) -> torch.Tensor | None:
-        """The additive score bias of this position method, ``[heads, q_len, k_len]``, or None."""
+    def score_bias(self, q_len: int, k_len: int, *, query_positions: torch.Tensor | None = None,
+                   key_positions: torch.Tensor | None = None) -> torch.Tensor | None:
+        """The additive score bias of this position method, ``[heads, q_len, k_len]``, or None.
+
+        With explicit positions (both ``[b, q_len]`` and ``[b, k_len]``), ``[b, heads, q_len, k_len]``
+        computed from ``key_pos - query_pos``: T5's bucket of it, or ALiBi's ``-slope * |key_pos - query_pos|``.
+        """
+        if query_positions is None or self.position not in ("t5", "alibi"):
+            if self.position == "t5":
+                return self.t5_bias(q_len, k_len)
+            if self.position == "alibi":
+                return alibi.alibi_bias(self.n_heads, q_len, k_len, slopes=self.slopes)
+            return None
+        relative = relative_distances(query_positions, key_positions)  # [b, q_len, k_len]
         if self.position == "t5":
-            return self.t5_bias(q_len, k_len)
-        if self.position == "alibi":
-            return alibi.alibi_bias(self.n_heads, q_len, k_len, slopes=self.slopes)
-        return None
+            t5 = self.t5_bias
+            buckets = t5_relative_bucket(relative, bidirectional=t5.bidirectional, num_buckets=t5.num_buckets,
+                                         max_distance=t5.max_distance)
+            return t5.table(buckets).permute(0, 3, 1, 2)  # [b, q, k, heads] -> [b, heads, q, k]
+        distance = relative.abs().to(torch.float32)[:, None]  # [b, 1, q_len, k_len]
+        return -self.slopes[None, :, None, None] * distance
 
     def forward(self, x: torch.Tensor, *, cache: LayerCache | None = None, need_weights: bool = False,
-                position_bias: torch.Tensor | None = None):
+                position_bias: torch.Tensor | None = None, positions: torch.Tensor | None = None):
         check_tensor("x", x, min_dim=3)
         if x.dim() != 3 or x.shape[-1] != self.dim:
             raise ValueError(f"x must be [batch, seq, {self.dim}], got {tuple(x.shape)}")
@@ -158,6 +212,8 @@ class MultiHeadAttention(Float32Buffers):
             raise ValueError("a KV cache needs causal=True: earlier outputs cannot change as tokens arrive")
         batch, seq, _ = x.shape
         q, k, v = self.qkv(x).view(batch, seq, 3, self.n_heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        if positions is not None or (cache is not None and cache.positions is not None):
+            return self._forward_at_positions(q, k, v, cache, need_weights, position_bias, positions)
         offset = 0 if cache is None else cache.length
         if self.position == "rope":
             q, k = self.rotary(q, k, offset=offset)
@@ -174,16 +230,40 @@ class MultiHeadAttention(Float32Buffers):
             weights = None
         else:
             bias = self.attention_bias(seq, k_len, device=x.device) if position_bias is None else position_bias
-            if need_weights:
-                scores = q @ k.transpose(-2, -1) / math.sqrt(self.head_dim)
-                weights = (scores if bias is None else scores + bias.to(scores.dtype)).softmax(dim=-1)
-                y = weights @ v
-            else:
-                weights = None
-                mask = None if bias is None else _four_dimensional(bias.to(q.dtype))
-                y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+            y, weights = self._attend(q, k, v, bias, need_weights)
         y = self.out(y.transpose(1, 2).reshape(batch, seq, self.dim))
         return (y, weights) if need_weights else y
+
+    def _forward_at_positions(self, q, k, v, cache, need_weights, position_bias, positions):
+        """``forward`` with explicit positions (``[seq]`` or ``[batch, seq]``), or with a cache that holds them."""
+        batch, _, seq, _ = q.shape
+        if positions is None:
+            raise ValueError("this cache holds keys added with explicit positions: pass positions for the new "
+                             "tokens too")
+        positions = checked_positions(positions, batch, seq, device=q.device)
+        if self.position == "rope":
+            q, k = self.rotary(q, k, positions=positions)
+        key_positions = positions
+        if cache is not None:
+            key_positions = joined_positions(cache.positions, cache.length, positions)
+            k, v = cache.append(k, v)
+            cache.positions = key_positions
+        bias = position_bias
+        if bias is None:
+            bias = self.attention_bias(seq, k.shape[2], device=q.device, query_positions=positions,
+                                       key_positions=key_positions)
+        y, weights = self._attend(q, k, v, bias, need_weights)
+        y = self.out(y.transpose(1, 2).reshape(batch, seq, self.dim))
+        return (y, weights) if need_weights else y
+
+    def _attend(self, q, k, v, bias, need_weights):
+        """softmax(q k^T / sqrt(head_dim) + bias) v, and the weights when ``need_weights``."""
+        if need_weights:
+            scores = q @ k.transpose(-2, -1) / math.sqrt(self.head_dim)
+            weights = (scores if bias is None else scores + bias.to(scores.dtype)).softmax(dim=-1)
+            return weights @ v, weights
+        mask = None if bias is None else _four_dimensional(bias.to(q.dtype))
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask), None
 
     def extra_repr(self) -> str:
         return f"dim={self.dim}, n_heads={self.n_heads}, position={self.position!r}, causal={self.causal}"

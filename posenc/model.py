@@ -13,7 +13,8 @@ from torch import nn
 
 from ._validate import check_int, check_positive_float, check_tensor
 from .absolute import LearnedEncoding, SinusoidalEncoding
-from .attention import ABSOLUTE_METHODS, POSITION_METHODS, KVCache, MultiHeadAttention
+from .attention import (ABSOLUTE_METHODS, POSITION_METHODS, KVCache, MultiHeadAttention, checked_positions,
+                        joined_positions)
 from .relative import T5RelativeBias
 
 
@@ -26,8 +27,8 @@ class Block(nn.Module):
         self.attn = MultiHeadAttention(dim, n_heads, **attention_options)
         self.mlp = nn.Sequential(nn.Linear(dim, mlp_ratio * dim), nn.GELU(), nn.Linear(mlp_ratio * dim, dim))
 
-    def forward(self, x: torch.Tensor, cache=None, position_bias=None) -> torch.Tensor:
-        x = x + self.attn(self.ln_attn(x), cache=cache, position_bias=position_bias)
+    def forward(self, x: torch.Tensor, cache=None, position_bias=None, positions=None) -> torch.Tensor:
+        x = x + self.attn(self.ln_attn(x), cache=cache, position_bias=position_bias, positions=positions)
         return x + self.mlp(self.ln_mlp(x))
 
 
@@ -57,6 +58,13 @@ class TransformerLM(nn.Module):
     ``model(tokens[batch, seq]) -> logits[batch, seq, vocab_size]``. For incremental decoding,
     ``cache = model.new_cache()`` and then ``model(new_tokens, cache=cache)`` returns the logits of the
     new tokens only, treating them as the positions after everything already in the cache.
+
+    ``model(tokens, positions=positions)`` gives the tokens explicit integer positions (``[seq]`` or
+    ``[batch, seq]``, whole numbers >= 0, not necessarily increasing), as randomized positional encodings
+    need: sinusoidal and learned add those table rows, RoPE rotates by them, ALiBi and T5 use the
+    differences ``key_pos - query_pos``, ``"none"`` ignores them. With a cache, ``positions`` are those of
+    the new tokens; once a cache holds explicit positions, every later call must pass them. Causal masking
+    follows the order of the tokens. ``positions=None`` is the default ``offset .. offset+seq-1``.
     """
 
     def __init__(self, vocab_size: int, dim: int, n_layers: int, n_heads: int, *, position: str,
@@ -105,13 +113,16 @@ class TransformerLM(nn.Module):
             raise ValueError("new_cache needs causal=True: a bidirectional model has no incremental decoding")
         return KVCache(self.n_layers)
 
-    def forward(self, tokens: torch.Tensor, *, cache: KVCache | None = None) -> torch.Tensor:
+    def forward(self, tokens: torch.Tensor, *, cache: KVCache | None = None,
+                positions: torch.Tensor | None = None) -> torch.Tensor:
         check_tensor("tokens", tokens, min_dim=2)
         if tokens.dim() != 2 or tokens.is_floating_point():
             raise ValueError(f"tokens must be an integer tensor [batch, seq], got {tokens.dtype} {tuple(tokens.shape)}")
         if self.check_token_range and tokens.numel() and (tokens.min() < 0 or tokens.max() >= self.vocab_size):
             raise ValueError(f"token ids must be in [0, {self.vocab_size}), got min {int(tokens.min())}, "
                              f"max {int(tokens.max())}")
+        if positions is not None or (cache is not None and cache[0].positions is not None):
+            return self._forward_at_positions(tokens, cache, positions)
         offset = 0 if cache is None else cache.length
         x = self.token_embedding(tokens)
         if self.absolute is not None:
@@ -124,6 +135,36 @@ class TransformerLM(nn.Module):
         for i, block in enumerate(self.blocks):
             x = block(x, None if cache is None else cache[i], shared_bias)
         return self.head(self.ln_final(x))
+
+    def _forward_at_positions(self, tokens: torch.Tensor, cache: KVCache | None, positions) -> torch.Tensor:
+        """``forward`` with explicit positions (see the class docstring)."""
+        if positions is None:
+            raise ValueError("this cache holds tokens added with explicit positions: pass positions for the new "
+                             "tokens too")
+        batch, seq = tokens.shape
+        positions = checked_positions(positions, batch, seq, device=tokens.device)
+        x = self.token_embedding(tokens)
+        if self.absolute is not None:
+            x = x + self._absolute_rows(positions).to(x.dtype)
+        shared_bias = None
+        if self.position == "t5":
+            key_positions = positions if cache is None else joined_positions(cache[0].positions, cache.length,
+                                                                               positions)
+            shared_bias = self.blocks[0].attn.attention_bias(seq, key_positions.shape[1], device=tokens.device,
+                                                             query_positions=positions, key_positions=key_positions)
+        for i, block in enumerate(self.blocks):
+            x = block(x, None if cache is None else cache[i], shared_bias, positions)
+        return self.head(self.ln_final(x))
+
+    def _absolute_rows(self, positions: torch.Tensor) -> torch.Tensor:
+        """The absolute encoding's rows at ``positions`` ``[b, seq]``: ``[b, seq, dim]`` (float32 for sinusoidal)."""
+        highest = int(positions.max()) if positions.numel() else 0
+        if self.position == "learned":
+            if highest >= self.max_len:
+                raise ValueError(f"position {highest} exceeds the learned table: max_len={self.max_len} allows "
+                                 f"positions 0..{self.max_len - 1}")
+            return self.absolute.weight[positions]
+        return self.absolute.scale * self.absolute.table(highest + 1)[positions]
 
     @torch.no_grad()
     def generate(self, prompt: torch.Tensor, max_new_tokens: int, *, temperature: float = 1.0,
