@@ -1,6 +1,6 @@
 """Evaluation tools for language models at and beyond their training length.
 
-The book's studies (chapters 7, 10 and 12) score every model with the same four tools:
+The book's studies (chapters 7, 10 and 12) score every model with the same tools:
 
 - ``token_losses``: next-token loss of every token of windows spread over the *whole* evaluation data
   (not its first files), ``[windows, length]``. ``perplexity_summary`` turns it into a perplexity with a
@@ -8,9 +8,7 @@ The book's studies (chapters 7, 10 and 12) score every model with the same four 
 - ``truncated_token_losses``: the same windows, but each token is predicted from at most ``context``
   earlier tokens (sliding-window evaluation). It is the baseline every "uses context beyond L" claim
   must beat: a model that reads only its last L tokens.
-- ``passkey_grid``: a byte-level passkey probe. A random number is planted at a chosen depth of real
-  text, and the model is asked for it at the end; exact retrieval over a length x depth grid.
-  ``effective_length`` summarises a grid as the longest length at which retrieval holds.
+- the passkey probe lives beside them in ``posenc.passkey``.
 
 Windows are ``length + 1`` consecutive tokens (inputs and their next-token targets); every window starts
 without earlier context, as in Press et al.'s non-overlapping evaluation.
@@ -24,7 +22,6 @@ import torch
 import torch.nn.functional as F
 
 from ._validate import check_int, check_tensor
-from .data import encode
 from .stats import bootstrap_interval
 
 
@@ -170,107 +167,3 @@ def position_curve(losses: torch.Tensor, bin_size: int = 1) -> list[float]:
     if bins < 1:
         raise ValueError(f"bin_size={bin_size} is longer than the {losses.shape[1]} positions")
     return losses[:, :bins * bin_size].double().mean(dim=0).view(bins, bin_size).mean(dim=1).tolist()
-
-
-# ---- passkey retrieval --------------------------------------------------------------------------------
-# The needle follows Mohtashami & Jaggi's passkey test, written as Python comments so that it reads like
-# the code the book's models are trained on.
-
-PASSKEY_NEEDLE = "\n# The pass key is {key}. Remember it. {key} is the pass key.\n"
-PASSKEY_QUESTION = "\n# What is the pass key? The pass key is "
-
-
-def passkey_overhead(key_digits: int = 5) -> int:
-    """Tokens (bytes) of a passkey sequence that are not filler: needle, question and answer."""
-    key = "0" * check_int("key_digits", key_digits)
-    return len(PASSKEY_NEEDLE.format(key=key).encode()) + len(PASSKEY_QUESTION.encode()) + key_digits
-
-
-def passkey_sequence(filler: torch.Tensor, length: int, depth: float, key: str) -> tuple[torch.Tensor, int]:
-    """One passkey test of exactly ``length`` tokens, and where its answer starts.
-
-    The sequence is filler text with the needle (``PASSKEY_NEEDLE`` with ``key``) inserted after
-    ``round(depth * n_filler)`` filler tokens, then ``PASSKEY_QUESTION``, then the key (the answer).
-
-    Args:
-        filler: 1-D token ids, at least ``length - passkey_overhead(len(key))`` long (its start is used).
-        length: total tokens, answer included.
-        depth: where the needle goes, 0 (start) to 1 (just before the question).
-        key: the digits to retrieve.
-
-    Returns:
-        ``(tokens[length], answer_start)``: ``tokens[answer_start:]`` is the key.
-    """
-    length = check_int("length", length)
-    if not 0 <= depth <= 1:
-        raise ValueError(f"depth must be in [0, 1], got {depth}")
-    if not key.isdigit():
-        raise ValueError(f"key must be digits, got {key!r}")
-    needle, question, answer = encode(PASSKEY_NEEDLE.format(key=key)), encode(PASSKEY_QUESTION), encode(key)
-    n_filler = length - len(needle) - len(question) - len(answer)
-    if n_filler < 0:
-        raise ValueError(f"length must be >= {length - n_filler} for a {len(key)}-digit key, got {length}")
-    if filler.numel() < n_filler:
-        raise ValueError(f"filler has {filler.numel()} tokens, {n_filler} needed")
-    cut = round(depth * n_filler)
-    tokens = torch.cat([filler[:cut], needle, filler[cut:n_filler], question, answer])
-    return tokens, length - len(answer)
-
-
-@torch.no_grad()
-def passkey_accuracy(model: torch.nn.Module, filler: torch.Tensor, length: int, depth: float, *,
-                     n_keys: int = 16, key_digits: int = 5, seed: int = 0,
-                     context: int | None = None) -> float:
-    """Fraction of ``n_keys`` random keys the model retrieves exactly at this length and depth.
-
-    Each test uses its own random key and its own filler, taken from evenly spaced places in
-    ``filler`` (a validation split), and is scored by greedy retrieval: right only if every digit of
-    the key is the model's top prediction. (That is the same as greedy decoding producing the key:
-    decoding stays on the key exactly as long as each digit is the argmax given the digits before it.)
-    ``context`` (optional) lets the model read only the last ``context`` tokens of each test, the
-    truncated-context baseline. Chance is ``10 ** -key_digits``.
-    """
-    n_keys, key_digits = check_int("n_keys", n_keys), check_int("key_digits", key_digits)
-    generator = torch.Generator().manual_seed(seed)
-    n_filler = length - passkey_overhead(key_digits)
-    if n_filler < 0 or filler.numel() <= n_filler:
-        raise ValueError(f"length {length} leaves {n_filler} filler tokens; filler has {filler.numel()}")
-    offsets = torch.arange(n_keys) * (filler.numel() - n_filler) // n_keys
-    tests, answer_start = [], None
-    for offset in offsets.tolist():
-        key = "".join(str(int(d)) for d in torch.randint(0, 10, (key_digits,), generator=generator))
-        tokens, answer_start = passkey_sequence(filler[offset:], length, depth, key)
-        tests.append(tokens)
-    tokens = torch.stack(tests)  # [keys, length]
-    if context is not None:
-        context = check_int("context", context, minimum=key_digits + 1)
-        tokens = tokens[:, -(context + 1):] if context < length else tokens
-    model.eval()
-    device = next(model.parameters()).device
-    predicted = model(tokens[:, :-1].to(device)).argmax(-1).cpu()[:, -key_digits:]
-    return float((predicted == tokens[:, -key_digits:]).all(dim=1).double().mean())
-
-
-def passkey_grid(model: torch.nn.Module, filler: torch.Tensor, lengths, depths, **options) -> dict:
-    """``passkey_accuracy`` at every length and depth: ``{str(length): {str(depth): accuracy}}``
-    (string keys, as they are stored in JSON). ``options`` go to ``passkey_accuracy``."""
-    return {str(n): {str(d): passkey_accuracy(model, filler, n, d, **options) for d in depths}
-            for n in lengths}
-
-
-def effective_length(grid: dict, threshold: float = 0.5) -> int:
-    """The longest length of a ``passkey_grid`` up to which retrieval holds.
-
-    A length passes when its accuracy averaged over depths is at least ``threshold``; the effective
-    length is the longest tested length such that it and every shorter tested length pass (0 when
-    the shortest fails), in the spirit of RULER's effective context length.
-    """
-    if not 0 < threshold <= 1:
-        raise ValueError(f"threshold must be in (0, 1], got {threshold}")
-    best = 0
-    for length in sorted(grid, key=int):
-        row = list(grid[length].values())
-        if not row or sum(row) / len(row) < threshold:
-            break
-        best = int(length)
-    return best

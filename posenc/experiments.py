@@ -97,6 +97,10 @@ def run_study(study: str, preset: str, out: Path, *, resume: bool = False, check
     while (key := module.next_run(config, record["runs"])) is not None:
         start = time.perf_counter()
         run = {**key, **module.run(config, key, checkpoint_dir)}
+        if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+            shared = [run]  # process 0's evaluated run, so every process plans the same next run
+            dist.broadcast_object_list(shared, src=0)
+            run = shared[0]
         record["wall_seconds"] += time.perf_counter() - start
         record["runs"].append(run)
         if _rank() == 0:

@@ -9,7 +9,8 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from .. import evaluate
+from .. import data, evaluate
+from ..passkey import effective_length, passkey_grid, with_passkeys
 from ..model import TransformerLM
 
 
@@ -43,6 +44,11 @@ def rounded(values, digits: int = 4) -> list[float]:
     return [round(float(v), digits) for v in values]
 
 
+def _rounded_summary(losses: torch.Tensor) -> dict:
+    return {name: round(value, 5) if isinstance(value, float) else value
+            for name, value in evaluate.perplexity_summary(losses).items()}
+
+
 def score_lengths(model: torch.nn.Module, validation: torch.Tensor, config: dict, lengths, *,
                   curve_length: int | None = None, truncate: int | None = None) -> dict:
     """Perplexity (with bootstrap interval) at each length; the per-position curve at ``curve_length``;
@@ -56,13 +62,13 @@ def score_lengths(model: torch.nn.Module, validation: torch.Tensor, config: dict
         result["truncated"] = {}
     for length in lengths:
         losses = evaluate.token_losses(model, validation, length, n_windows=n_windows(config, length))
-        result["perplexity"][str(length)] = evaluate.perplexity_summary(losses)
+        result["perplexity"][str(length)] = _rounded_summary(losses)
         if length == curve_length:
             result["curve"] = rounded(evaluate.position_curve(losses, config["curve_bin"]))
         if truncate is not None and length > truncate:
             losses = evaluate.truncated_token_losses(model, validation, length, truncate,
                                                      n_windows=n_windows(config, length))
-            result["truncated"][str(length)] = evaluate.perplexity_summary(losses)
+            result["truncated"][str(length)] = _rounded_summary(losses)
             if length == curve_length:
                 result["truncated_curve"] = rounded(evaluate.position_curve(losses, config["curve_bin"]))
     return result
@@ -71,6 +77,15 @@ def score_lengths(model: torch.nn.Module, validation: torch.Tensor, config: dict
 def passkey(model: torch.nn.Module, validation: torch.Tensor, config: dict, lengths,
             context: int | None = None) -> dict:
     """The passkey grid of ``config`` (depths, keys) at ``lengths`` and its effective length."""
-    grid = evaluate.passkey_grid(model, validation, lengths, config["passkey_depths"],
-                                 n_keys=config["passkey_keys"], context=context)
-    return {"grid": grid, "effective_length": evaluate.effective_length(grid)}
+    grid = passkey_grid(model, validation, lengths, config["passkey_depths"], n_keys=config["passkey_keys"],
+                        context=context)
+    return {"grid": grid, "effective_length": effective_length(grid)}
+
+
+def training_batches(train_bytes: torch.Tensor, config: dict, batch: int, length: int):
+    """``batch_fn`` for ``train_model``: random windows of ``length``, a fraction
+    ``config["passkey_rate"]`` of them turned into passkey examples (``posenc.passkey.with_passkeys``)."""
+    def batch_fn(generator):
+        tokens, targets = data.random_windows(train_bytes, batch, length, generator=generator)
+        return with_passkeys(tokens, targets, config["passkey_rate"], generator=generator)
+    return batch_fn

@@ -29,12 +29,12 @@ import torch
 from .. import data
 from ..rope import rope_frequencies
 from ..train import TrainConfig, train_model
-from .common import make_model, passkey, rank, save_checkpoint, score_lengths
+from .common import make_model, passkey, rank, save_checkpoint, score_lengths, training_batches
 
-_ZERO_SHOT = dict(factors=[2, 4], passkey_depths=[0.0, 0.25, 0.5, 0.75, 1.0], curve_bin=32, lr=3e-3,
-                  weight_decay=0.01, decay="linear", methods=["rope"])
+_ZERO_SHOT = dict(factors=[2, 4], passkey_depths=[0.0, 0.25, 0.5, 0.75, 1.0], passkey_rate=0.25, curve_bin=32,
+                  lr=3e-3, weight_decay=0.01, decay="linear", methods=["rope"])
 PRESETS = {
-    "tiny": dict(_ZERO_SHOT, dim=32, layers=1, heads=2, rope_base=1000.0, train_len=32, steps=6, batch=2,
+    "tiny": dict(_ZERO_SHOT, dim=32, layers=1, heads=2, rope_base=1000.0, train_len=48, steps=6, batch=2,
                  warmup=2, seeds=[0], max_bytes=400_000, eval_tokens=512, passkey_lengths=[128],
                  passkey_keys=2, curve_bin=8, fine_tune_steps=2, fine_tune_batch=1, fine_tune_lr=1e-3,
                  fine_tune_warmup=1, fine_tunes=["continued, L", "YaRN, 2L"], base_factor=10.0),
@@ -151,7 +151,7 @@ def run(config: dict, key: dict, checkpoint_dir: Path | None) -> dict:
                           rope_base=config["rope_base"] if base is None else base)
 
     def batches(length, batch):
-        return lambda generator: data.random_windows(train_bytes, batch, length, generator=generator)
+        return training_batches(train_bytes, config, batch, length)
 
     start = time.perf_counter()
     base_model = build()

@@ -20,13 +20,14 @@ import torch
 from .. import data
 from ..attention import POSITION_METHODS
 from ..train import TrainConfig, train_model
-from .common import make_model, passkey, rank, save_checkpoint, score_lengths
+from .common import make_model, passkey, rank, save_checkpoint, score_lengths, training_batches
 from .context_extension import extension_recipe
 
 _COMMON = dict(methods=list(POSITION_METHODS), decay="linear", weight_decay=0.01,
-               passkey_depths=[0.0, 0.25, 0.5, 0.75, 1.0], max_bytes=4_000_000)
+               passkey_depths=[0.0, 0.25, 0.5, 0.75, 1.0], passkey_rate=0.25,
+               max_bytes=4_000_000)
 PRESETS = {
-    "tiny": dict(_COMMON, dim=32, layers=1, heads=2, train_len=32, factors=[1, 2], steps=6, batch=4,
+    "tiny": dict(_COMMON, dim=32, layers=1, heads=2, train_len=48, factors=[1, 2], steps=6, batch=4,
                  warmup=2, seeds=[0, 1], lr_grid=[1e-3, 3e-3], methods=["none", "rope"],
                  max_bytes=400_000, eval_tokens=512, passkey_lengths=[128], passkey_keys=2, curve_bin=8),
     "ci": dict(_COMMON, dim=64, layers=2, heads=4, train_len=64, factors=[1, 2, 4, 8], steps=200, batch=16,
@@ -88,7 +89,7 @@ def run(config: dict, key: dict, checkpoint_dir: Path | None) -> dict:
     model = make_model(method, config, data.VOCAB_SIZE, L)
     start = time.perf_counter()
     history = train_model(
-        model, lambda g: data.random_windows(train_bytes, config["batch"], L, generator=g),
+        model, training_batches(train_bytes, config, config["batch"], L),
         TrainConfig(steps=config["steps"], warmup=config["warmup"], lr=lr, seed=seed, decay=config["decay"],
                     weight_decay=config["weight_decay"], log_every=max(1, config["steps"] // 20)))
     result = {"train_seconds": time.perf_counter() - start, "history": history,

@@ -1,0 +1,91 @@
+"""The rebuilt studies (chapters 7 and 10): what they record, and the invariants a record must satisfy.
+Expected values are by-hand facts (no scaling at L is the model itself; dynamic NTK does nothing up to
+L; the sweep picks the lowest perplexity), not outputs of the code under test."""
+
+import math
+
+import pytest
+
+from posenc.experiments import PRESETS, run_study
+from posenc.studies import context_extension, head_to_head
+from posenc.studies.context_extension import band_counts, effective_factor, extension_recipe
+
+
+def test_effective_factors_by_hand():
+    assert effective_factor("dynamic NTK", 4, 2048, 512) == 4.0  # s = n / L
+    assert effective_factor("dynamic NTK", 4, 256, 512) == 1.0
+    assert effective_factor("dynamic NTK, fixed s", 4, 2048, 512) == 13.0  # 4 * 4 - 3 (the review's M2)
+    assert effective_factor("dynamic NTK, fixed s", 4, 1024, 512) == 5.0
+    assert effective_factor("dynamic NTK, fixed s", 4, 512, 512) == 1.0
+    assert effective_factor("YaRN", 4, 512, 512) == 4.0 and effective_factor("none", 4, 2048, 512) == 1.0
+    assert extension_recipe("dynamic NTK", 4, 512)["factor"] == 1.0
+    assert extension_recipe("YaRN, t = 1", 4, 512)["attention_factor"] == 1.0
+    with pytest.raises(ValueError, match="recipe must be one of"):
+        extension_recipe("NTK-by-parts", 2.0, 128)
+
+
+def test_band_counts_of_the_old_model_and_a_llama_2_head():
+    # the review computed the old chapter 7 head (d 24, base 1e4, L 128): YaRN ratios
+    # [1, .81, .63, .44, .25 x 8]; Llama 3's rule keeps 3 pairs, blends 1 and divides 8
+    old = band_counts(24, 10000.0, 128)
+    assert old["YaRN"] == {"kept": 1, "ramped": 3, "interpolated": 8}
+    assert old["Llama 3"] == {"kept": 3, "ramped": 1, "interpolated": 8}
+    assert old["wavelength > L"] == 8
+    # a Llama 2 head (d 128, base 1e4, L 4096): wavelength 2 pi 1e4^(2i/128) > 4096 for i >= 46
+    llama = band_counts(128, 10000.0, 4096)
+    assert llama["wavelength > L"] == sum(2 * math.pi * 1e4 ** (2 * i / 128) > 4096 for i in range(64)) == 18
+    assert llama["YaRN"]["interpolated"] == 18
+
+
+def test_context_extension_tiny_records_every_recipe_and_control(tmp_path):
+    record = run_study("context_extension", "tiny", tmp_path / "ce.json", log=lambda *a: None)
+    (run,) = record["runs"]
+    config = record["config"]
+    L, bin_size = config["train_len"], config["curve_bin"]
+    assert record["corpus"]["validation"]["files"] and len(record["corpus"]["validation"]["sha256"]) == 64
+    assert set(run["zero_shot"]) == set(context_extension.EXTENSION_RECIPES) - {"none"}
+    for entry in run["zero_shot"].values():
+        assert set(entry["perplexity"]) == {"s=2", "s=4"}
+        assert set(entry["perplexity"]["s=4"]) == {str(L), str(4 * L)}
+        assert len(entry["curve"]) == 4 * L // bin_size and set(entry["passkey"]) == {"grid", "effective_length"}
+    # dynamic NTK does nothing up to L: at L it is the model without scaling
+    assert run["zero_shot"]["dynamic NTK"]["perplexity"]["s=2"][str(L)] == run["no_scaling"]["perplexity"][str(L)]
+    # the truncated baseline reads the first L tokens exactly as the full model does
+    first = L // bin_size
+    assert run["truncated"]["curve"][:first] == pytest.approx(run["no_scaling"]["curve"][:first], abs=2e-4)
+    assert set(run["truncated"]["perplexity"]) == {str(2 * L), str(4 * L)}
+    for scores in run["no_scaling"]["perplexity"].values():
+        assert scores["low"] <= scores["perplexity"] <= scores["high"]
+    assert set(run["fine_tuned"]) == set(config["fine_tunes"])
+    tuned = run["fine_tuned"]["continued, L"]
+    assert tuned["train_length"] == L and tuned["tokens"] == config["fine_tune_steps"] * config["fine_tune_batch"] * 2 * L
+    assert set(tuned["truncated"]) == {str(2 * L), str(4 * L)}
+
+
+def test_head_to_head_sweeps_the_learning_rate_then_runs_the_other_seeds_at_the_winner(tmp_path):
+    config = dict(PRESETS["head_to_head"]["tiny"])
+    assert head_to_head.next_run(config, []) == {"method": "none", "seed": 0, "lr": 1e-3}
+
+    def run(method, seed, lr, value):
+        return {"method": method, "seed": seed, "lr": lr, "perplexity": {str(config["train_len"]): {"perplexity": value}}}
+
+    runs = [run("none", 0, 1e-3, 9.0), run("none", 0, 3e-3, 7.0)]
+    assert head_to_head.next_run(config, runs) == {"method": "rope", "seed": 0, "lr": 1e-3}
+    runs += [run("rope", 0, 1e-3, 5.0), run("rope", 0, 3e-3, 6.0)]
+    assert head_to_head.next_run(config, runs) == {"method": "none", "seed": 1, "lr": 3e-3}
+    runs += [run("none", 1, 3e-3, 7.1), run("rope", 1, 1e-3, 5.1)]
+    assert head_to_head.next_run(config, runs) is None
+    chosen = head_to_head.seed_runs({"config": config, "runs": runs})
+    assert sorted((r["method"], r["seed"], r["lr"]) for r in chosen) == [
+        ("none", 0, 3e-3), ("none", 1, 3e-3), ("rope", 0, 1e-3), ("rope", 1, 1e-3)]
+
+
+def test_head_to_head_tiny_records_baselines_and_rope_extensions(tmp_path):
+    record = run_study("head_to_head", "tiny", tmp_path / "h.json", methods=["rope"], log=lambda *a: None)
+    assert [(r["seed"], r["lr"]) for r in record["runs"]][:2] == [(0, 1e-3), (0, 3e-3)]
+    run = record["runs"][0]
+    L = record["config"]["train_len"]
+    assert set(run["perplexity"]) == {str(L), str(2 * L)} and set(run["truncated"]) == {str(2 * L)}
+    assert set(run["rope_extensions"]) == {"YaRN", "dynamic NTK"}
+    assert set(run["rope_extensions"]["YaRN"]["perplexity"]) == {str(2 * L)}
+    assert run["train_tokens"] == record["config"]["steps"] * record["config"]["batch"] * L
