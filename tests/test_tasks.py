@@ -1,0 +1,310 @@
+"""Synthetic tasks, free-running scoring, randomized positions (posenc.tasks), and the explicit
+``positions`` argument of TransformerLM / MultiHeadAttention. Expected values come from independent
+computations: formulas written out here, hand-made scripted models, and the default-position paths."""
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from posenc import POSITION_METHODS, MultiHeadAttention, TransformerLM, tasks
+from posenc.alibi import alibi_slopes
+from posenc.relative import t5_relative_bucket
+
+RELATIVE_METHODS = ("none", "t5", "rope", "alibi")  # scores depend on position differences only
+
+
+def make_model(position, *, causal=True, vocab=11, seed=0):
+    torch.manual_seed(seed)
+    return TransformerLM(vocab, 32, 2, 4, position=position, max_len=200, causal=causal).eval()
+
+
+def random_tokens(batch, seq, vocab=11, seed=1):
+    return torch.randint(0, vocab, (batch, seq), generator=torch.Generator().manual_seed(seed))
+
+
+def increasing_positions(batch, seq, seed=2):
+    gaps = torch.randint(1, 6, (batch, seq), generator=torch.Generator().manual_seed(seed))
+    return gaps.cumsum(dim=1) - 1
+
+
+# ---- tasks ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("task", tasks.TASKS)
+@pytest.mark.parametrize("distinct", [False, True])
+def test_task_batch_layout(task, distinct):
+    alphabet, n = 12, 7
+    tokens, targets = tasks.task_batch(task, 50, n, alphabet=alphabet, distinct=distinct,
+                                       generator=torch.Generator().manual_seed(0))
+    assert tokens.shape == targets.shape == (50, 2 * n + 1)
+    for row, target in zip(tokens.tolist(), targets.tolist()):
+        symbols, separator, answer = row[:n], row[n], row[n + 1:]
+        assert separator == alphabet and all(0 <= s < alphabet for s in symbols)
+        assert answer == (symbols if task == "copy" else symbols[::-1])
+        assert target == [-100] * n + answer + [-100]  # slot n + i predicts answer token i
+        if distinct:
+            assert len(set(symbols)) == n
+
+
+def test_small_alphabets_repeat_and_distinct_ones_do_not():
+    tokens, _ = tasks.task_batch("copy", 200, 10, alphabet=2, generator=torch.Generator().manual_seed(0))
+    assert set(tokens[:, :10].unique().tolist()) == {0, 1}
+    # P(no repeated symbol in 10 draws from 16) = 16!/(6! 16^10) ~ 0.026: repeats are the norm
+    no_repeat = math.perm(16, 10) / 16 ** 10
+    assert no_repeat < 0.03
+    tokens, _ = tasks.task_batch("copy", 200, 16, alphabet=16, distinct=True,
+                                 generator=torch.Generator().manual_seed(0))
+    assert all(sorted(row) == list(range(16)) for row in tokens[:, :16].tolist())
+
+
+def test_length_range_and_errors():
+    lengths = {tasks.task_batch("copy", 1, (3, 5), alphabet=4, generator=torch.Generator().manual_seed(s))[0]
+               .shape[1] for s in range(40)}
+    assert lengths == {7, 9, 11}
+    with pytest.raises(ValueError, match="n <= alphabet"):
+        tasks.task_batch("copy", 2, 5, alphabet=4, distinct=True)
+    with pytest.raises(ValueError, match="task"):
+        tasks.task_batch("sort", 2, 5, alphabet=4)
+    with pytest.raises(ValueError, match="low <= high"):
+        tasks.task_batch("copy", 2, (5, 3), alphabet=4)
+    assert tasks.vocab_size(2) == 3
+
+
+def test_random_positions_are_sorted_distinct_and_in_range():
+    positions = tasks.random_positions(300, 9, 20, generator=torch.Generator().manual_seed(0))
+    assert positions.shape == (300, 9) and positions.dtype == torch.long
+    assert bool((positions[:, 1:] > positions[:, :-1]).all())
+    assert int(positions.min()) >= 0 and int(positions.max()) <= 19
+    # the first position is the minimum of 9 draws from 20: P(first = 0) = 9/20
+    assert abs(float((positions[:, 0] == 0).float().mean()) - 9 / 20) < 0.1
+    with pytest.raises(ValueError, match="max_position"):
+        tasks.random_positions(1, 21, 20)
+
+
+def test_score_answers_by_hand():
+    predicted = torch.tensor([[1, 0, 1], [1, 1, 1], [0, 0, 0], [1, 0, 0]])
+    answers = torch.tensor([[1, 0, 1], [1, 0, 1], [1, 0, 0], [1, 0, 0]])
+    scores = tasks.score_answers(predicted, answers)
+    assert scores["exact_match"] == 2 / 4
+    assert scores["token_accuracy"] == 10 / 12
+    assert scores["by_position"] == [3 / 4, 3 / 4, 4 / 4]
+
+
+class ScriptedCopier(torch.nn.Module):
+    """A stand-in LM for copy: at answer index i it outputs x_i if every answer token it has read so far
+    is right, else the separator (always wrong); rows whose first symbol is 1 get index 1 wrong."""
+
+    def __init__(self, alphabet):
+        super().__init__()
+        self.alphabet, self.weight = alphabet, torch.nn.Parameter(torch.zeros(1))
+
+    def new_cache(self):
+        return []
+
+    def forward(self, tokens, *, cache=None, positions=None):
+        history = torch.cat(cache + [tokens], dim=1) if cache is not None else tokens
+        if cache is not None:
+            cache.append(tokens)
+        first = history.shape[1] - tokens.shape[1]
+        logits = torch.zeros(tokens.shape[0], tokens.shape[1], self.alphabet + 1)
+        n = int((history[0] == self.alphabet).nonzero()[0])  # the separator's index
+        for b in range(tokens.shape[0]):
+            for t in range(first, history.shape[1]):
+                i = t - n  # the answer index this slot predicts
+                if not 0 <= i < n:
+                    continue
+                read_right = history[b, n + 1:t + 1].tolist() == history[b, :i].tolist()
+                right = read_right and not (i == 1 and int(history[b, 0]) == 1)
+                logits[b, t - first, int(history[b, i]) if right else self.alphabet] = 1.0
+        return logits
+
+
+def test_free_running_versus_teacher_forcing():
+    """Exact match agrees; token and per-index accuracy differ once a mistake is fed back."""
+    alphabet, n = 3, 6
+    model = ScriptedCopier(alphabet)
+    tokens, _ = tasks.task_batch("copy", 90, n, alphabet=alphabet, generator=torch.Generator().manual_seed(0))
+    answers = tokens[:, n + 1:]
+    flawed = (tokens[:, 0] == 1).float().mean().item()
+    assert 0.1 < flawed < 0.6
+    free = tasks.score_answers(tasks.greedy_answers(model, tokens[:, :n + 1], n), answers)
+    forced = tasks.score_answers(tasks.teacher_forced_answers(model, tokens), answers)
+    assert free["exact_match"] == pytest.approx(1 - flawed) == forced["exact_match"]
+    assert forced["token_accuracy"] == pytest.approx(1 - flawed / n)
+    assert free["token_accuracy"] == pytest.approx(1 - flawed * (n - 1) / n)
+    assert free["by_position"] == pytest.approx([1.0] + [1 - flawed] * (n - 1))
+    assert forced["by_position"] == pytest.approx([1.0, 1 - flawed] + [1.0] * (n - 2))
+
+
+@pytest.mark.parametrize("randomized", [False, True])
+@pytest.mark.parametrize("position", POSITION_METHODS)
+def test_greedy_answers_with_cache_equal_rerunning_the_whole_sequence(position, randomized):
+    model = make_model(position, vocab=5)
+    n = 5
+    tokens, _ = tasks.task_batch("reverse", 4, n, alphabet=4, generator=torch.Generator().manual_seed(3))
+    positions = tasks.random_positions(4, 2 * n + 1, 40, generator=torch.Generator().manual_seed(4)) \
+        if randomized else None
+    sequence = tokens[:, :n + 1]
+    with torch.no_grad():
+        for _ in range(n):  # the slow way: the full forward pass at every step
+            at = None if positions is None else positions[:, :sequence.shape[1]]
+            next_token = model(sequence, positions=at)[:, -1].argmax(dim=-1, keepdim=True)
+            sequence = torch.cat([sequence, next_token], dim=1)
+    fast = tasks.greedy_answers(model, tokens[:, :n + 1], n, positions=positions)
+    assert torch.equal(fast, sequence[:, n + 1:])
+
+
+def test_evaluate_task_on_a_perfect_copier_and_its_variants():
+    scores = tasks.evaluate_task(ScriptedCopier(4), "copy", 5, alphabet=4, samples=40, batch_size=16,
+                                 generator=torch.Generator().manual_seed(0))
+    assert 0 < scores["exact_match"] < 1 and len(scores["by_position"]) == 5
+    assert scores["by_position"][0] == 1.0
+
+
+def test_randomized_wrapper_passes_sorted_positions_in_range():
+    seen = []
+
+    class Spy(torch.nn.Module):
+        def forward(self, tokens, positions=None):
+            seen.append(positions)
+            return torch.zeros(*tokens.shape, 3)
+
+    wrapper = tasks.RandomizedPositions(Spy(), 50, seed=0)
+    wrapper(torch.zeros(4, 7, dtype=torch.long))
+    wrapper(torch.zeros(4, 7, dtype=torch.long))
+    first, second = seen
+    assert first.shape == (4, 7) and bool((first[:, 1:] > first[:, :-1]).all()) and int(first.max()) < 50
+    assert not torch.equal(first, second)  # fresh positions at every call
+
+
+# ---- explicit positions in the model ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("position", POSITION_METHODS)
+def test_default_positions_equal_explicit_arange(position):
+    model, tokens = make_model(position), random_tokens(2, 13)
+    with torch.no_grad():
+        expected = model(tokens)
+        torch.testing.assert_close(model(tokens, positions=torch.arange(13)), expected)
+        torch.testing.assert_close(model(tokens, positions=torch.arange(13)[None].expand(2, -1)), expected)
+
+
+@pytest.mark.parametrize("position", POSITION_METHODS)
+def test_offset_positions_equal_the_cache_path(position):
+    """Tokens 5.. after a cached prefix sit at positions 5..: the same as explicit positions arange + 5
+    for the suffix alone, for the methods that read absolute positions; and a cache filled with explicit
+    positions gives the full pass at those positions."""
+    model, tokens = make_model(position), random_tokens(2, 12)
+    positions = increasing_positions(2, 12)
+    with torch.no_grad():
+        cache = model.new_cache()
+        model(tokens[:, :5], cache=cache)
+        after_prefix = model(tokens[:, 5:], cache=cache)
+        cache = model.new_cache()
+        parts = [model(tokens[:, :5], cache=cache, positions=positions[:, :5])]
+        parts += [model(tokens[:, t:t + 1], cache=cache, positions=positions[:, t:t + 1]) for t in range(5, 12)]
+        full = model(tokens, positions=positions)
+        torch.testing.assert_close(model(tokens, positions=torch.arange(12))[:, 5:], after_prefix)
+        torch.testing.assert_close(torch.cat(parts, dim=1), full)
+        if position in ("sinusoidal", "learned"):  # the suffix alone at 5.. has the prefix's absolute rows
+            alone = model(tokens[:, 5:], positions=torch.arange(5, 12))
+            assert not torch.allclose(alone, model(tokens[:, 5:]))
+
+
+@pytest.mark.parametrize("position", RELATIVE_METHODS)
+def test_relative_methods_ignore_a_common_shift(position):
+    model, tokens = make_model(position), random_tokens(2, 10)
+    positions = increasing_positions(2, 10)
+    with torch.no_grad():
+        torch.testing.assert_close(model(tokens, positions=positions + 37), model(tokens, positions=positions))
+        if position != "none":  # but they do read the gaps
+            assert not torch.allclose(model(tokens, positions=positions), model(tokens))
+
+
+@pytest.mark.parametrize("position", ("sinusoidal", "learned"))
+def test_absolute_methods_add_the_table_rows_at_the_positions(position):
+    model, tokens = make_model(position), random_tokens(2, 9)
+    positions = increasing_positions(2, 9)
+    if position == "sinusoidal":  # the formula, in float64
+        p = positions.double()[..., None]
+        i = torch.arange(16, dtype=torch.float64)
+        angle = p / 10000.0 ** (2 * i / 32)
+        rows = torch.stack([angle.sin(), angle.cos()], dim=-1).flatten(-2) * 0.02 * 2 ** 0.5
+    else:
+        rows = torch.stack([model.absolute.weight[row] for row in positions.tolist()]).double()
+    with torch.no_grad():
+        x = model.token_embedding(tokens) + rows.float()
+        for block in model.blocks:  # their attention layers have no position method
+            x = block(x)
+        expected = model.head(model.ln_final(x))
+        torch.testing.assert_close(model(tokens, positions=positions), expected, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("position", POSITION_METHODS)
+def test_permuting_tokens_with_their_positions_permutes_the_output(position):
+    """Without a causal mask, a token's output depends on its position, not its index in the tensor."""
+    model, tokens = make_model(position, causal=False), random_tokens(2, 10)
+    positions = increasing_positions(1, 10)[0]
+    permutation = torch.randperm(10, generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        expected = model(tokens, positions=positions)[:, permutation]
+        torch.testing.assert_close(model(tokens[:, permutation], positions=positions[permutation]), expected)
+
+
+def _attention_inputs(attention, seq, seed=6):
+    x = torch.randn(1, seq, 16, generator=torch.Generator().manual_seed(seed))
+    q, k, v = attention.qkv(x).view(1, seq, 3, 2, 8).permute(2, 0, 3, 1, 4)
+    return x, q, k, v
+
+
+def test_rope_weights_depend_only_on_position_differences():
+    torch.manual_seed(0)
+    attention = MultiHeadAttention(16, 2, position="rope")
+    x, _, _, _ = _attention_inputs(attention, 4)
+    with torch.no_grad():
+        weights = lambda p: attention(x, positions=torch.tensor(p), need_weights=True)[1]
+        torch.testing.assert_close(weights([0, 3, 4, 9]), weights([100, 103, 104, 109]))
+        assert not torch.allclose(weights([0, 3, 4, 9]), weights([0, 3, 5, 9]))
+
+
+@pytest.mark.parametrize("position", ("alibi", "t5"))
+def test_bias_methods_read_key_minus_query_positions(position):
+    torch.manual_seed(0)
+    attention = MultiHeadAttention(16, 2, position=position)
+    seq, positions = 5, torch.tensor([0, 2, 3, 40, 41])
+    x, q, k, _ = _attention_inputs(attention, seq)
+    relative = positions[None, :] - positions[:, None]  # [query, key]: key_pos - query_pos
+    if position == "alibi":
+        bias = -alibi_slopes(2)[:, None, None] * relative.abs().float()
+    else:
+        buckets = t5_relative_bucket(relative, bidirectional=False)
+        bias = attention.t5_bias.table.weight[buckets].permute(2, 0, 1)
+    scores = q[0] @ k[0].transpose(-2, -1) / math.sqrt(8) + bias
+    scores = scores.masked_fill(torch.ones(seq, seq).triu(1).bool(), float("-inf"))
+    with torch.no_grad():
+        weights = attention(x, positions=positions, need_weights=True)[1]
+        torch.testing.assert_close(weights[0], F.softmax(scores, dim=-1).detach())
+        plain = attention(x, positions=positions)
+        torch.testing.assert_close(plain, attention(x, positions=positions, need_weights=True)[0])
+
+
+def test_positions_are_validated():
+    model, tokens = make_model("rope"), random_tokens(2, 6)
+    with pytest.raises(ValueError, match="whole-number"):
+        model(tokens, positions=torch.arange(6) + 0.5)
+    with pytest.raises(ValueError, match=r"\[seq\] or \[batch, seq\]"):
+        model(tokens, positions=torch.arange(5))
+    with pytest.raises(ValueError, match="batch size"):
+        model(tokens, positions=torch.arange(6)[None].expand(3, -1))
+    with pytest.raises(ValueError, match=">= 0"):
+        model(tokens, positions=torch.arange(6) - 1)
+    with pytest.raises(TypeError):
+        model(tokens, positions=[0, 1, 2, 3, 4, 5])
+    with pytest.raises(ValueError, match="learned table"):
+        make_model("learned")(tokens, positions=torch.arange(6) + 195)
+    cache = model.new_cache()
+    model(tokens, cache=cache, positions=torch.arange(6))
+    with pytest.raises(ValueError, match="pass positions"):
+        model(tokens[:, :1], cache=cache)
