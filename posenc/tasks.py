@@ -174,22 +174,26 @@ def score_answers(predicted: torch.Tensor, answers: torch.Tensor) -> dict:
 
 def evaluate_task(model: nn.Module, task: str, n: int, *, alphabet: int, distinct: bool = False,
                   samples: int = 256, batch_size: int = 128, max_position: int | None = None,
-                  generator: torch.Generator | None = None) -> dict:
+                  generator: torch.Generator | None = None,
+                  position_generator: torch.Generator | None = None) -> dict:
     """Free-running greedy scores (``score_answers``) of ``model`` on ``samples`` sequences of length n.
 
     ``max_position``: evaluate at randomized positions from ``0 .. max_position-1`` (a model trained with
-    ``RandomizedPositions``; pass the inner model). The rows of a batch are scored together, so exact
-    match and token accuracy are means over all samples.
+    ``RandomizedPositions``; pass the inner model), drawn from ``position_generator`` (default
+    ``generator``; give it its own so that every model sees the same sequences from ``generator``).
+    Exact match and token accuracy are means over all samples.
     """
     samples, batch_size = check_int("samples", samples), check_int("batch_size", batch_size)
     device = next(model.parameters()).device
+    position_generator = generator if position_generator is None else position_generator
     predicted, answers = [], []
     for start in range(0, samples, batch_size):
         rows = min(batch_size, samples - start)
         tokens, _ = task_batch(task, rows, n, alphabet=alphabet, distinct=distinct, generator=generator)
         positions = None
         if max_position is not None:
-            positions = random_positions(rows, 2 * n + 1, max_position, generator=generator).to(device)
+            positions = random_positions(rows, 2 * n + 1, max_position,
+                                         generator=position_generator).to(device)
         predicted.append(greedy_answers(model, tokens[:, :n + 1].to(device), n, positions=positions).cpu())
         answers.append(tokens[:, n + 1:])
     return score_answers(torch.cat(predicted), torch.cat(answers))

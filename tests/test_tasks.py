@@ -308,3 +308,62 @@ def test_positions_are_validated():
     model(tokens, cache=cache, positions=torch.arange(6))
     with pytest.raises(ValueError, match="pass positions"):
         model(tokens[:, :1], cache=cache)
+
+
+# ---- the study ------------------------------------------------------------------------------------
+
+from posenc.studies import STUDIES, length_generalisation as study  # noqa: E402
+
+
+def test_study_is_registered_with_the_four_presets():
+    assert STUDIES["length_generalisation"] is study
+    assert set(study.PRESETS) == {"tiny", "ci", "full", "gpu"}
+    full = study.PRESETS["full"]
+    assert len(full["seeds"]) >= 5 and max(full["test_lengths"]) >= 4 * full["train_max"]
+    assert {"rope (randomized)", *POSITION_METHODS} <= set(full["methods"])
+    for variant in full["tasks"]:  # distinct variants need an alphabet as long as the longest test
+        assert not variant["distinct"] or variant["alphabet"] >= max(full["test_lengths"])
+
+
+def test_base_method_and_next_run_order():
+    assert study.base_method("rope (randomized)") == ("rope", True)
+    assert study.base_method("alibi") == ("alibi", False)
+    with pytest.raises(ValueError, match="method"):
+        study.base_method("fire")
+    config = dict(seeds=[0, 1], methods=["none", "rope"])
+    assert study.next_run(config, []) == {"method": "none", "seed": 0}
+    assert study.next_run(config, [{"method": "none", "seed": 0}]) == {"method": "rope", "seed": 0}
+    done = [{"method": m, "seed": s} for m in ("none", "rope") for s in (0, 1)]
+    assert study.next_run(config, done) is None
+
+
+def test_probed_batches_call_the_probe_every_k_steps():
+    probes = iter(range(100))
+    batches = study.ProbedBatches(lambda generator: "batch", 3, lambda: {"probe": next(probes)})
+    assert [batches(None) for _ in range(10)] == ["batch"] * 10
+    assert batches.records == [{"step": 3, "probe": 0}, {"step": 6, "probe": 1}, {"step": 9, "probe": 2}]
+
+
+def test_mean_reciprocal_rank_by_hand():
+    def run(method, copy, reverse):
+        return {"method": method, "exact_match": {"a": {"4": 1.0, "8": copy}, "b": {"4": 1.0, "8": reverse}}}
+
+    record = {"config": {"train_max": 4, "tasks": [{"name": "a"}, {"name": "b"}]},
+              "runs": [run("none", 0.5, 0.1), run("rope", 0.2, 0.3), run("alibi", 0.5, 0.0)]}
+    mrr = study.mean_reciprocal_rank(record, methods=("none", "rope", "alibi"))
+    # task a: none and alibi tie first, rope third; task b: rope, none, alibi
+    assert mrr == pytest.approx({"none": (1 + 1 / 2) / 2, "rope": (1 / 3 + 1) / 2, "alibi": (1 + 1 / 3) / 2})
+
+
+def test_tiny_study_runs_end_to_end(tmp_path):
+    config = study.PRESETS["tiny"]
+    result = study.run(config, {"method": "rope (randomized)", "seed": 0}, tmp_path)
+    for variant in config["tasks"]:
+        scores = result["exact_match"][variant["name"]]
+        assert set(scores) == {str(n) for n in config["test_lengths"]}
+        assert all(0 <= value <= 1 for value in scores.values())
+        by_position = result["by_position"][variant["name"]]
+        assert [len(by_position[str(n)]) for n in config["test_lengths"]] == config["test_lengths"]
+    learned = dict(config, tasks=config["tasks"][:1])
+    scores = study.run(learned, {"method": "learned", "seed": 0}, None)["exact_match"]["copy, binary"]
+    assert scores["4"] is not None and scores["8"] is None  # beyond the learned table
