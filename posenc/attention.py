@@ -188,20 +188,21 @@ class MultiHeadAttention(Float32Buffers):
         With explicit positions (both ``[b, q_len]`` and ``[b, k_len]``), ``[b, heads, q_len, k_len]``
         computed from ``key_pos - query_pos``: T5's bucket of it, or ALiBi's ``-slope * |key_pos - query_pos|``.
         """
-        if query_positions is None or self.position not in ("t5", "alibi"):
-            if self.position == "t5":
-                return self.t5_bias(q_len, k_len)
-            if self.position == "alibi":
-                return alibi.alibi_bias(self.n_heads, q_len, k_len, slopes=self.slopes)
-            return None
-        relative = relative_distances(query_positions, key_positions)  # [b, q_len, k_len]
+        explicit = query_positions is not None
         if self.position == "t5":
+            if not explicit:
+                return self.t5_bias(q_len, k_len)
             t5 = self.t5_bias
-            buckets = t5_relative_bucket(relative, bidirectional=t5.bidirectional, num_buckets=t5.num_buckets,
+            buckets = t5_relative_bucket(relative_distances(query_positions, key_positions),
+                                         bidirectional=t5.bidirectional, num_buckets=t5.num_buckets,
                                          max_distance=t5.max_distance)
             return t5.table(buckets).permute(0, 3, 1, 2)  # [b, q, k, heads] -> [b, heads, q, k]
-        distance = relative.abs().to(torch.float32)[:, None]  # [b, 1, q_len, k_len]
-        return -self.slopes[None, :, None, None] * distance
+        if self.position == "alibi":
+            if not explicit:
+                return alibi.alibi_bias(self.n_heads, q_len, k_len, slopes=self.slopes)
+            distance = relative_distances(query_positions, key_positions).abs().to(torch.float32)
+            return -self.slopes[None, :, None, None] * distance[:, None]  # [b, heads, q_len, k_len]
+        return None
 
     def forward(self, x: torch.Tensor, *, cache: LayerCache | None = None, need_weights: bool = False,
                 position_bias: torch.Tensor | None = None, positions: torch.Tensor | None = None):
