@@ -367,3 +367,12 @@ def test_tiny_study_runs_end_to_end(tmp_path):
     learned = dict(config, tasks=config["tasks"][:1])
     scores = study.run(learned, {"method": "learned", "seed": 0}, None)["exact_match"]["copy, binary"]
     assert scores["4"] is not None and scores["8"] is None  # beyond the learned table
+
+
+def test_matched_checkpoint_is_the_first_point_at_the_threshold():
+    run = {"probes": {"a": [{"step": 10, "exact_match": {"8": 0.5, "16": 0.0}},
+                            {"step": 20, "exact_match": {"8": 0.99, "16": 0.1}}]},
+           "exact_match": {"a": {"8": 1.0, "16": 0.2}}}
+    assert study.matched_checkpoint(run, "a", 8) == {"step": 20, "exact_match": {"8": 0.99, "16": 0.1}}
+    assert study.matched_checkpoint(run, "a", 8, threshold=1.0)["step"] == "final"
+    assert study.matched_checkpoint(run, "a", 16) is None

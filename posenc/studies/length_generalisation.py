@@ -221,3 +221,15 @@ def mean_reciprocal_rank(record: dict, methods=tuple(KAZEMNEJAD_MRR)) -> dict[st
             better = sum(1 for other in scores.values() if (-1.0 if other is None else other) > value)
             reciprocal[method].append(1 / (1 + better))
     return {method: sum(values) / len(values) for method, values in reciprocal.items()}
+
+
+def matched_checkpoint(run: dict, task: str, n: int, threshold: float = 0.99) -> dict | None:
+    """The first point of ``run``'s training on ``task`` (its probes, then the final scores, marked
+    ``"step": "final"``) at which exact match at length n reaches ``threshold``, or None: the basis for
+    comparing methods at matched in-distribution accuracy. Probes use fewer samples than the final scores."""
+    points = [*run["probes"][task], {"step": "final", "exact_match": run["exact_match"][task]}]
+    for point in points:
+        value = point["exact_match"].get(str(n))
+        if value is not None and value >= threshold:
+            return point
+    return None
