@@ -1,18 +1,25 @@
 """The book's measured studies, as a command-line tool that writes JSON.
 
-    python -m posenc.experiments head_to_head --preset ci --out results/head_to_head_ci.json
-    python -m posenc.experiments length_generalisation --preset full --out results/lg.json --resume
-    python -m posenc.experiments context_extension --preset full --out results/ce.json
+    python -m posenc.experiments context_extension --preset full --out ce.json --resume --threads 1
+    python -m posenc.experiments head_to_head --preset ci --out h.json
+    python -m posenc.experiments head_to_head --preset gpu --out h_gpu.json --resume   # on a CUDA device
     torchrun --nproc_per_node=2 -m posenc.experiments head_to_head --preset tiny --out /tmp/h.json
 
-Every result file records the configuration, seeds, package versions, hardware and wall time, and is
+The studies live in ``posenc.studies`` (one module each: ``context_extension`` for chapter 7,
+``head_to_head`` and ``length_generalisation`` for chapter 10; the ``*_v1`` studies are the book's
+first versions, kept until those chapters are rewritten). Presets: ``tiny`` (tests), ``ci`` (a
+chapter's live run), ``full`` (the committed results; hours on a CPU) and ``gpu`` (10x or more the full
+scale, the same code on a CUDA device).
+
+Every result file records the configuration, the runs, the corpus (Python version, file lists and
+SHA-256 of the training and validation bytes), package versions, hardware and wall time, and is
 rewritten after each finished run, so ``--resume`` continues an interrupted study where it stopped.
 Under ``torchrun`` every process trains (DistributedDataParallel, gloo on CPU, nccl on GPU) and process
-0 evaluates and writes.
+0 evaluates, writes, and shares each run with the others.
 
-The chapters read the records with ``summarise`` (perplexity per method and length, mean and standard
-deviation over seeds; ``bits=True`` for bits per byte), ``task_table`` (the synthetic tasks) and
-``print_table`` / ``print_task_table``.
+The chapters read the v1 records with ``summarise`` (perplexity per method and length, mean and
+standard deviation over seeds; ``bits=True`` for bits per byte), ``task_table`` (the synthetic tasks)
+and ``print_table`` / ``print_task_table``.
 """
 
 from __future__ import annotations

@@ -197,3 +197,15 @@ def test_effective_length():
     assert effective_length(grid) == 256  # 512 fails (mean 0.25), so 1024 does not count
     assert effective_length(grid, threshold=0.8) == 128
     assert effective_length({"128": {"0": 0.0}}) == 0
+
+
+def test_passkey_batch_scores_only_the_key_and_digit_scores():
+    from posenc.passkey import passkey_batch, passkey_scores
+
+    stream = data.encode("def f(x):\n    return x\n" * 100)
+    tokens, targets = passkey_batch(stream, 4, 80, generator=torch.Generator().manual_seed(0))
+    assert tokens.shape == targets.shape == (4, 80)
+    assert torch.all(targets[:, :-5] == -100) and data.decode(targets[0, -5:]).isdigit()
+    assert torch.equal(targets[:, -6:-1][:, 1:], tokens[:, -4:])  # next-token alignment of the key
+    assert passkey_scores(Retriever(), stream, 300, 0.5, n_keys=4) == (1.0, 1.0)
+    assert passkey_scores(small_model(), stream, 300, 0.5, n_keys=4)[1] <= 0.25

@@ -47,7 +47,7 @@ def test_context_extension_tiny_records_every_recipe_and_control(tmp_path):
     for entry in run["zero_shot"].values():
         assert set(entry["perplexity"]) == {"s=2", "s=4"}
         assert set(entry["perplexity"]["s=4"]) == {str(L), str(4 * L)}
-        assert len(entry["curve"]) == 4 * L // bin_size and set(entry["passkey"]) == {"grid", "effective_length"}
+        assert len(entry["curve"]) == 4 * L // bin_size and set(entry["passkey"]) == {"grid", "digits", "effective_length"}
     # dynamic NTK does nothing up to L: at L it is the model without scaling
     assert run["zero_shot"]["dynamic NTK"]["perplexity"]["s=2"][str(L)] == run["no_scaling"]["perplexity"][str(L)]
     # the truncated baseline reads the first L tokens exactly as the full model does

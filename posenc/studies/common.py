@@ -77,9 +77,9 @@ def score_lengths(model: torch.nn.Module, validation: torch.Tensor, config: dict
 def passkey(model: torch.nn.Module, validation: torch.Tensor, config: dict, lengths,
             context: int | None = None) -> dict:
     """The passkey grid of ``config`` (depths, keys) at ``lengths`` and its effective length."""
-    grid = passkey_grid(model, validation, lengths, config["passkey_depths"], n_keys=config["passkey_keys"],
-                        context=context)
-    return {"grid": grid, "effective_length": effective_length(grid)}
+    grid, digits = passkey_grid(model, validation, lengths, config["passkey_depths"], digits=True,
+                                n_keys=config["passkey_keys"], context=context)
+    return {"grid": grid, "digits": digits, "effective_length": effective_length(grid)}
 
 
 def training_batches(train_bytes: torch.Tensor, config: dict, batch: int, length: int):
