@@ -89,3 +89,24 @@ def test_head_to_head_tiny_records_baselines_and_rope_extensions(tmp_path):
     assert set(run["rope_extensions"]) == {"YaRN", "dynamic NTK"}
     assert set(run["rope_extensions"]["YaRN"]["perplexity"]) == {str(2 * L)}
     assert run["train_tokens"] == record["config"]["steps"] * record["config"]["batch"] * L
+
+
+def test_seed_readers_by_hand():
+    from posenc.experiments import format_interval, over_seeds, paired_seed_interval, seed_interval
+
+    record = {"runs": [{"method": m, "seed": s, "ppl": {"128": v}}
+                       for m, values in (("a", [5.0, 6.0, 7.0]), ("b", [4.0, 5.5, 6.0])) for s, v in enumerate(values)]
+              + [{"method": "c", "seed": 0, "ppl": {"128": None}}]}
+    assert over_seeds(record, "ppl", 128, method="a") == {0: 5.0, 1: 6.0, 2: 7.0}
+    assert over_seeds(record, "ppl", 128, method="c") == {}  # None: cannot run there
+    mean, low, high = seed_interval(record, "ppl", "128", method="a")
+    half = 4.3027 * 1.0 / math.sqrt(3)  # t(0.975, 2) x sample sd 1 / sqrt(3)
+    assert (mean, low, high) == pytest.approx((6.0, 6.0 - half, 6.0 + half), abs=1e-3)
+    # paired differences 1.0, 0.5, 1.0: mean 0.8333
+    diff = paired_seed_interval(record, ("ppl", "128"), ("ppl", "128"), method_a="a", method_b="b")
+    assert diff[0] == pytest.approx(2.5 / 3) and diff[1] > 0  # paired: clearly above 0
+    unpaired_low = 6.0 - 5.1667 - 2.776 * math.sqrt((1.0 + 1.0833) / 3)
+    assert unpaired_low < 0 < diff[1]  # the same data unpaired would not separate them
+    assert format_interval((6.0, 5.5, 6.25)) == "6.00 [5.50, 6.25]"
+    with pytest.raises(ValueError, match="two runs of seed"):
+        over_seeds(record, "ppl", "128")
