@@ -25,7 +25,8 @@ from ._validate import check_int, check_tensor
 from .stats import bootstrap_interval
 
 
-def window_starts(n_tokens: int, length: int, n_windows: int | None = None) -> torch.Tensor:
+def window_starts(n_tokens: int, length: int, n_windows: int | None = None, *,
+                  span: int | None = None) -> torch.Tensor:
     """Start offsets of ``n_windows`` non-overlapping windows of ``length`` inputs spread evenly over
     ``n_tokens`` tokens.
 
@@ -34,10 +35,22 @@ def window_starts(n_tokens: int, length: int, n_windows: int | None = None) -> t
     takes all of them; otherwise every ``fit / n_windows``-th one, so that the first and the last parts
     of the data are both scored.
 
+    With ``span`` (a multiple of ``length``), the windows are cut from ``n_windows * length // span``
+    spans of ``span`` tokens spread the same way, each span split into ``span // length`` back-to-back
+    windows. Called with the same ``span`` and ``n_windows * length``, every length scores exactly the
+    same tokens, so perplexities at different lengths compare the same text.
+
     Returns:
-        LongTensor ``[k]`` of start offsets, increasing, multiples of ``length``.
+        LongTensor ``[k]`` of start offsets, increasing.
     """
     n_tokens, length = check_int("n_tokens", n_tokens), check_int("length", length)
+    if span is not None:
+        span = check_int("span", span)
+        if span % length:
+            raise ValueError(f"span must be a multiple of length={length}, got {span}")
+        n_spans = None if n_windows is None else max(1, check_int("n_windows", n_windows) * length // span)
+        starts = window_starts(n_tokens, span, n_spans)
+        return (starts[:, None] + torch.arange(0, span, length)).flatten()
     fit = (n_tokens - 1) // length
     if fit < 1:
         raise ValueError(f"{n_tokens} tokens hold no window of length {length} (+1 for the last target)")
@@ -68,7 +81,7 @@ def _check_data(data: torch.Tensor) -> torch.Tensor:
 
 @torch.no_grad()
 def token_losses(model: torch.nn.Module, data: torch.Tensor, length: int, *, n_windows: int | None = None,
-                 batch_size: int = 8) -> torch.Tensor:
+                 span: int | None = None, batch_size: int = 8) -> torch.Tensor:
     """Next-token loss of every token in windows spread over ``data`` (see ``window_starts``).
 
     Args:
@@ -76,6 +89,8 @@ def token_losses(model: torch.nn.Module, data: torch.Tensor, length: int, *, n_w
         data: 1-D token ids (a validation split).
         length: tokens per window (the evaluation length).
         n_windows: how many windows (``None``: all that fit).
+        span: cut the windows from spans of this many tokens (see ``window_starts``), so that
+            several lengths score the same text.
         batch_size: windows per forward pass.
 
     Returns:
@@ -83,7 +98,7 @@ def token_losses(model: torch.nn.Module, data: torch.Tensor, length: int, *, n_w
         of window ``w`` from tokens ``0..t``. ``exp(mean)`` is the perplexity.
     """
     data, length = _check_data(data), check_int("length", length)
-    starts = window_starts(data.numel(), length, n_windows)
+    starts = window_starts(data.numel(), length, n_windows, span=span)
     model.eval()
     return torch.cat([_next_token_losses(model, _windows(data, starts[i:i + batch_size], length))
                       for i in range(0, len(starts), check_int("batch_size", batch_size))])
@@ -98,8 +113,8 @@ def _segment_starts(length: int, context: int, stride: int) -> torch.Tensor:
 
 @torch.no_grad()
 def truncated_token_losses(model: torch.nn.Module, data: torch.Tensor, length: int, context: int, *,
-                           n_windows: int | None = None, stride: int | None = None,
-                           batch_size: int = 8) -> torch.Tensor:
+                           n_windows: int | None = None, span: int | None = None,
+                           stride: int | None = None, batch_size: int = 8) -> torch.Tensor:
     """``token_losses`` on the same windows, each token predicted from at most ``context`` tokens.
 
     The truncated-context baseline (sliding-window evaluation): the window is cut into segments of
@@ -116,11 +131,11 @@ def truncated_token_losses(model: torch.nn.Module, data: torch.Tensor, length: i
     data, length = _check_data(data), check_int("length", length)
     context = check_int("context", context)
     if context >= length:
-        return token_losses(model, data, length, n_windows=n_windows, batch_size=batch_size)
+        return token_losses(model, data, length, n_windows=n_windows, span=span, batch_size=batch_size)
     stride = max(1, context // 4) if stride is None else check_int("stride", stride)
     if stride > context:
         raise ValueError(f"stride must be <= context={context}, got {stride}")
-    starts = window_starts(data.numel(), length, n_windows)
+    starts = window_starts(data.numel(), length, n_windows, span=span)
     segment_starts = _segment_starts(length, context, stride)  # [segments]
     positions = torch.arange(length)
     # token t goes to the first segment s with s + context > t, at index t - s inside it
@@ -139,19 +154,25 @@ def truncated_token_losses(model: torch.nn.Module, data: torch.Tensor, length: i
     return torch.cat(out)
 
 
-def perplexity_summary(losses: torch.Tensor, *, level: float = 0.95, n_resamples: int = 2000,
+def perplexity_summary(losses: torch.Tensor, *, group: int = 1, level: float = 0.95, n_resamples: int = 2000,
                        seed: int = 0) -> dict:
-    """Perplexity of ``[windows, length]`` token losses with a bootstrap interval over windows.
+    """Perplexity of ``[windows, length]`` token losses with a bootstrap interval.
+
+    The bootstrap resamples groups of ``group`` consecutive windows (the windows cut from one span, see
+    ``window_starts``, which are neighbours in the text and so not independent) with replacement.
 
     Returns:
         ``{"perplexity", "low", "high", "windows", "tokens"}``: ``exp`` of the mean loss, and ``exp`` of
-        the percentile-bootstrap interval of the mean (windows resampled with replacement; windows have
-        equal lengths, so the mean of window means is the mean over tokens).
+        the percentile-bootstrap interval of the mean (all groups hold the same number of tokens, so the
+        mean of group means is the mean over tokens).
     """
     check_tensor("losses", losses, min_dim=2)
-    per_window = losses.double().mean(dim=1)
-    low, high = bootstrap_interval(per_window, level=level, n_resamples=n_resamples, seed=seed)
-    return {"perplexity": math.exp(float(per_window.mean())), "low": math.exp(low), "high": math.exp(high),
+    group = check_int("group", group)
+    if losses.shape[0] % group:
+        raise ValueError(f"{losses.shape[0]} windows do not split into groups of {group}")
+    per_group = losses.double().view(losses.shape[0] // group, -1).mean(dim=1)
+    low, high = bootstrap_interval(per_group, level=level, n_resamples=n_resamples, seed=seed)
+    return {"perplexity": math.exp(float(per_group.mean())), "low": math.exp(low), "high": math.exp(high),
             "windows": int(losses.shape[0]), "tokens": int(losses.numel())}
 
 

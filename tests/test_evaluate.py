@@ -209,3 +209,22 @@ def test_passkey_batch_scores_only_the_key_and_digit_scores():
     assert torch.equal(targets[:, -6:-1][:, 1:], tokens[:, -4:])  # next-token alignment of the key
     assert passkey_scores(Retriever(), stream, 300, 0.5, n_keys=4) == (1.0, 1.0)
     assert passkey_scores(small_model(), stream, 300, 0.5, n_keys=4)[1] <= 0.25
+
+
+def test_spans_make_every_length_score_the_same_tokens():
+    covered = {}
+    for length in (128, 256, 512):
+        starts = window_starts(100_001, length, 4096 // length, span=512)
+        covered[length] = sorted(int(s) + i for s in starts for i in range(length))
+        assert len(starts) == 4096 // length
+    assert covered[128] == covered[256] == covered[512]  # 8 spans of 512, the same at every length
+    assert window_starts(100_001, 512, 8, span=512).tolist() == window_starts(100_001, 512, 8).tolist()
+    with pytest.raises(ValueError, match="multiple of length"):
+        window_starts(100_001, 300, 4, span=512)
+
+
+def test_bootstrap_groups_windows_of_one_span():
+    losses = torch.tensor([[1.0], [1.0], [3.0], [3.0]])
+    assert perplexity_summary(losses, group=2)["perplexity"] == pytest.approx(math.exp(2.0))
+    with pytest.raises(ValueError, match="groups of 3"):
+        perplexity_summary(losses, group=3)

@@ -36,17 +36,25 @@ def load_checkpoint(path: Path) -> dict:
 
 
 def n_windows(config: dict, length: int) -> int:
-    """Evaluation windows at ``length``: ``eval_tokens // length`` (at least 8), spread over the split."""
-    return max(8, config["eval_tokens"] // length)
+    """Evaluation windows at ``length``: ``eval_tokens // length``, cut from spans of the study's longest
+    length spread over the split (``evaluate.window_starts``), so every length scores the same text."""
+    return max(1, config["eval_tokens"] // length)
+
+
+def longest(config: dict) -> int:
+    """The longest evaluation length of a study: the span every evaluation window is cut from."""
+    return config["train_len"] * max(config["factors"])
 
 
 def rounded(values, digits: int = 4) -> list[float]:
     return [round(float(v), digits) for v in values]
 
 
-def _rounded_summary(losses: torch.Tensor) -> dict:
+def _rounded_summary(losses: torch.Tensor, config: dict) -> dict:
+    """Perplexity with a bootstrap interval over spans (the windows cut from one span move together)."""
+    group = longest(config) // losses.shape[1]
     return {name: round(value, 5) if isinstance(value, float) else value
-            for name, value in evaluate.perplexity_summary(losses).items()}
+            for name, value in evaluate.perplexity_summary(losses, group=group).items()}
 
 
 def score_lengths(model: torch.nn.Module, validation: torch.Tensor, config: dict, lengths, *,
@@ -61,14 +69,15 @@ def score_lengths(model: torch.nn.Module, validation: torch.Tensor, config: dict
     if truncate is not None:
         result["truncated"] = {}
     for length in lengths:
-        losses = evaluate.token_losses(model, validation, length, n_windows=n_windows(config, length))
-        result["perplexity"][str(length)] = _rounded_summary(losses)
+        losses = evaluate.token_losses(model, validation, length, n_windows=n_windows(config, length),
+                                       span=longest(config))
+        result["perplexity"][str(length)] = _rounded_summary(losses, config)
         if length == curve_length:
             result["curve"] = rounded(evaluate.position_curve(losses, config["curve_bin"]))
         if truncate is not None and length > truncate:
             losses = evaluate.truncated_token_losses(model, validation, length, truncate,
-                                                     n_windows=n_windows(config, length))
-            result["truncated"][str(length)] = _rounded_summary(losses)
+                                                     n_windows=n_windows(config, length), span=longest(config))
+            result["truncated"][str(length)] = _rounded_summary(losses, config)
             if length == curve_length:
                 result["truncated_curve"] = rounded(evaluate.position_curve(losses, config["curve_bin"]))
     return result

@@ -44,7 +44,7 @@ PRESETS = {
                fine_tune_batch=4, fine_tune_lr=1e-3, fine_tune_warmup=6,
                fine_tunes=["continued, L", "YaRN, 2L"], base_factor=10.0),
     "full": dict(_ZERO_SHOT, dim=96, layers=3, heads=3, rope_base=1000.0, train_len=512, steps=2000,
-                 batch=8, warmup=100, seeds=[0, 1, 2, 3, 4], max_bytes=4_000_000, eval_tokens=65536,
+                 batch=8, warmup=100, seeds=[0, 1, 2, 3, 4], max_bytes=4_000_000, eval_tokens=131072,
                  passkey_lengths=[256, 512, 1024, 2048], passkey_keys=16, fine_tune_steps=250,
                  fine_tune_batch=4, fine_tune_lr=1e-3, fine_tune_warmup=25,
                  fine_tunes=["continued, L", "continued, 2L", "PI, 2L", "YaRN, 2L", "base x10, 2L"],

@@ -35,7 +35,7 @@ PRESETS = {
                passkey_keys=4, curve_bin=8),
     "full": dict(_COMMON, dim=96, layers=3, heads=4, train_len=128, factors=[1, 2, 4, 8, 16], steps=2000,
                  batch=16, warmup=100, seeds=[0, 1, 2, 3, 4], lr_grid=[1.5e-3, 3e-3, 6e-3],
-                 eval_tokens=65536, passkey_lengths=[128, 256, 512, 1024, 2048], passkey_keys=16,
+                 eval_tokens=131072, passkey_lengths=[128, 256, 512, 1024, 2048], passkey_keys=16,
                  curve_bin=16),
     # the same code at more than 10x the full scale for a CUDA device
     "gpu": dict(_COMMON, dim=384, layers=6, heads=6, train_len=512, factors=[1, 2, 4, 8, 16], steps=10000,
