@@ -39,9 +39,9 @@ import torch.distributed as dist
 
 from . import __version__, data, studies
 from .attention import POSITION_METHODS
-from .studies.common import load_checkpoint, make_model, rank as _rank, save_checkpoint
+from .studies.common import (format_interval, load_checkpoint, make_model, over_seeds, paired_seed_interval,
+                             rank as _rank, save_checkpoint, seed_interval)
 from .studies.v1 import CONTEXT_RECIPES, rope_recipe
-from .stats import paired_interval, t_interval
 from .train import default_device
 
 STUDIES = studies.STUDIES
@@ -134,55 +134,6 @@ def bits_per_byte(perplexity: float) -> float:
     if not perplexity >= 1:
         raise ValueError(f"perplexity must be >= 1, got {perplexity}")
     return math.log2(perplexity)
-
-
-# ---- reading the rebuilt studies' records: one value per seed, intervals, paired differences ----------
-
-def over_seeds(record: dict, *path, method: str | None = None, runs: list[dict] | None = None) -> dict:
-    """``{seed: value}`` with ``value = run[path[0]][path[1]]...`` for each run of ``record`` (or of
-    ``runs``), keeping only runs of ``method`` when given. Runs where the path is missing or ``None``
-    are left out (a learned table cannot run beyond its length, say).
-
-    Example: ``over_seeds(record, "zero_shot", "YaRN", "perplexity", "s=4", "2048", "perplexity")``.
-    """
-    values = {}
-    for run in record["runs"] if runs is None else runs:
-        if method is not None and run.get("method") != method:
-            continue
-        value = run
-        for key in path:
-            value = value.get(str(key)) if isinstance(value, dict) else None
-            if value is None:
-                break
-        if value is not None:
-            if run["seed"] in values:
-                raise ValueError(f"two runs of seed {run['seed']} match; pass runs= (one per seed) or method=")
-            values[run["seed"]] = float(value)
-    return values
-
-
-def seed_interval(record: dict, *path, level: float = 0.95, **selection) -> tuple[float, float, float]:
-    """``(mean, low, high)``: the Student-t interval over seeds of ``over_seeds(record, *path, ...)``."""
-    values = over_seeds(record, *path, **selection)
-    if not values:
-        raise ValueError(f"no run has {path}")
-    return t_interval(list(values.values()), level)
-
-
-def paired_seed_interval(record: dict, path_a: tuple, path_b: tuple, *, method_a: str | None = None,
-                         method_b: str | None = None, runs: list[dict] | None = None,
-                         level: float = 0.95) -> tuple[float, float, float]:
-    """``(mean, low, high)`` of the per-seed difference a - b (seeds both have): the paired comparison,
-    which removes what the two share through the seed (data order, initialisation)."""
-    a = over_seeds(record, *path_a, method=method_a, runs=runs)
-    b = over_seeds(record, *path_b, method=method_b, runs=runs)
-    return paired_interval(a, b, level)
-
-
-def format_interval(interval: tuple[float, float, float], digits: int = 2) -> str:
-    """``"6.56 [6.50, 6.62]"``: a mean and its interval, rounded to ``digits``."""
-    mean, low, high = interval
-    return f"{mean:.{digits}f} [{low:.{digits}f}, {high:.{digits}f}]"
 
 
 def _mean_and_spread(values: list) -> tuple[float, float] | None:

@@ -12,6 +12,7 @@ import torch.distributed as dist
 from .. import data, evaluate
 from ..passkey import effective_length, passkey_grid, with_passkeys
 from ..model import TransformerLM
+from ..stats import paired_interval, t_interval
 
 
 def rank() -> int:
@@ -98,3 +99,52 @@ def training_batches(train_bytes: torch.Tensor, config: dict, batch: int, length
         tokens, targets = data.random_windows(train_bytes, batch, length, generator=generator)
         return with_passkeys(tokens, targets, config["passkey_rate"], generator=generator)
     return batch_fn
+
+
+# ---- reading the rebuilt studies' records: one value per seed, intervals, paired differences ----------
+
+def over_seeds(record: dict, *path, method: str | None = None, runs: list[dict] | None = None) -> dict:
+    """``{seed: value}`` with ``value = run[path[0]][path[1]]...`` for each run of ``record`` (or of
+    ``runs``), keeping only runs of ``method`` when given. Runs where the path is missing or ``None``
+    are left out (a learned table cannot run beyond its length, say).
+
+    Example: ``over_seeds(record, "zero_shot", "YaRN", "perplexity", "s=4", "2048", "perplexity")``.
+    """
+    values = {}
+    for run in record["runs"] if runs is None else runs:
+        if method is not None and run.get("method") != method:
+            continue
+        value = run
+        for key in path:
+            value = value.get(str(key)) if isinstance(value, dict) else None
+            if value is None:
+                break
+        if value is not None:
+            if run["seed"] in values:
+                raise ValueError(f"two runs of seed {run['seed']} match; pass runs= (one per seed) or method=")
+            values[run["seed"]] = float(value)
+    return values
+
+
+def seed_interval(record: dict, *path, level: float = 0.95, **selection) -> tuple[float, float, float]:
+    """``(mean, low, high)``: the Student-t interval over seeds of ``over_seeds(record, *path, ...)``."""
+    values = over_seeds(record, *path, **selection)
+    if not values:
+        raise ValueError(f"no run has {path}")
+    return t_interval(list(values.values()), level)
+
+
+def paired_seed_interval(record: dict, path_a: tuple, path_b: tuple, *, method_a: str | None = None,
+                         method_b: str | None = None, runs: list[dict] | None = None,
+                         level: float = 0.95) -> tuple[float, float, float]:
+    """``(mean, low, high)`` of the per-seed difference a - b (seeds both have): the paired comparison,
+    which removes what the two share through the seed (data order, initialisation)."""
+    a = over_seeds(record, *path_a, method=method_a, runs=runs)
+    b = over_seeds(record, *path_b, method=method_b, runs=runs)
+    return paired_interval(a, b, level)
+
+
+def format_interval(interval: tuple[float, float, float], digits: int = 2) -> str:
+    """``"6.56 [6.50, 6.62]"``: a mean and its interval, rounded to ``digits``."""
+    mean, low, high = interval
+    return f"{mean:.{digits}f} [{low:.{digits}f}, {high:.{digits}f}]"

@@ -29,7 +29,9 @@ import torch
 from .. import data
 from ..rope import rope_frequencies
 from ..train import TrainConfig, train_model
-from .common import make_model, passkey, rank, save_checkpoint, score_lengths, training_batches
+from ..stats import t_interval
+from .common import (format_interval, make_model, over_seeds, paired_seed_interval, passkey, rank,
+                     save_checkpoint, score_lengths, training_batches)
 
 _ZERO_SHOT = dict(factors=[2, 4], passkey_depths=[0.0, 0.25, 0.5, 0.75, 1.0], passkey_rate=0.25, curve_bin=32,
                   lr=3e-3, weight_decay=0.01, decay="linear", methods=["rope"])
@@ -219,3 +221,67 @@ def run(config: dict, key: dict, checkpoint_dir: Path | None) -> dict:
             result["fine_tuned"][name]["truncated_curve"] = scores["truncated_curve"]
     result["seconds"] = time.perf_counter() - start
     return result
+
+
+# ---- reading a record ----------------------------------------------------------------------------------
+
+BASELINES = ("truncated", "no scaling")
+
+
+def perplexity_path(row: str, length: int, train_len: int, factor: int | None = None) -> tuple:
+    """Where a record's run keeps the perplexity of ``row`` at ``length`` (for ``over_seeds``).
+
+    ``row`` is a baseline (``"truncated"``: the base model reading at most L tokens, which at L is the
+    model itself; ``"no scaling"``), a recipe of ``EXTENSION_RECIPES`` (deployed with ``factor``,
+    default ``length // train_len``), a fine-tune of ``FINE_TUNES``, or ``"continued, L, truncated"``
+    (the model continued at L, reading at most L tokens).
+    """
+    n = str(length)
+    if row == "no scaling" or (row == "truncated" and length <= train_len):
+        return ("no_scaling", "perplexity", n, "perplexity")
+    if row == "truncated":
+        return ("truncated", "perplexity", n, "perplexity")
+    if row == "continued, L, truncated":
+        if length <= train_len:
+            return ("fine_tuned", "continued, L", "perplexity", n, "perplexity")
+        return ("fine_tuned", "continued, L", "truncated", n, "perplexity")
+    if row in FINE_TUNES:
+        return ("fine_tuned", row, "perplexity", n, "perplexity")
+    if row in EXTENSION_RECIPES:
+        factor = factor or max(1, length // train_len)
+        return ("zero_shot", row, "perplexity", f"s={factor}", n, "perplexity")
+    raise ValueError(f"row must be a baseline, recipe or fine-tune, got {row!r}")
+
+
+def table(record: dict, rows, columns) -> dict:
+    """``{row: {label: (mean, low, high) or None}}``: the 95% t-interval over seeds of each row's
+    perplexity for each column ``(label, length, factor or None)`` (see ``perplexity_path``); ``None``
+    where no run has it."""
+    L = record["config"]["train_len"]
+    out = {}
+    for row in rows:
+        out[row] = {}
+        for label, length, factor in columns:
+            values = over_seeds(record, *perplexity_path(row, length, L, factor))
+            out[row][label] = t_interval(list(values.values())) if values else None
+    return out
+
+
+def paired(record: dict, row_a: str, row_b: str, length: int, factor_a: int | None = None,
+           factor_b: int | None = None) -> tuple[float, float, float]:
+    """95% t-interval of the per-seed perplexity difference ``row_a - row_b`` at ``length``."""
+    L = record["config"]["train_len"]
+    return paired_seed_interval(record, perplexity_path(row_a, length, L, factor_a),
+                                perplexity_path(row_b, length, L, factor_b))
+
+
+def format_rows(rows: dict, digits: int = 2) -> str:
+    """A ``table`` as text, one line per row, cells ``mean [low, high]``."""
+    labels = list(next(iter(rows.values())))
+    width = max(len(name) for name in rows)
+    cell = 8 + 2 * (digits + 4)
+    lines = [f"{'':>{width}} | " + " | ".join(f"{label:>{cell}}" for label in labels)]
+    for name, values in rows.items():
+        cells = [format_interval(v, digits) if v else "--" for v in values.values()]
+        lines.append(f"{name:>{width}} | " + " | ".join(f"{c:>{cell}}" for c in cells))
+    return "\n".join(lines)
