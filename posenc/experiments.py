@@ -3,6 +3,8 @@
     python -m posenc.experiments context_extension --preset full --out ce.json --resume --threads 1
     python -m posenc.experiments head_to_head --preset ci --out h.json
     python -m posenc.experiments head_to_head --preset gpu --out h_gpu.json --resume   # on a CUDA device
+    python -m posenc.experiments context_extension --preset full --seeds 3 4 --out part2.json
+    python -m posenc.experiments merge part1.json part2.json --out ce.json
     torchrun --nproc_per_node=2 -m posenc.experiments head_to_head --preset tiny --out /tmp/h.json
 
 The studies live in ``posenc.studies`` (one module each: ``context_extension`` for chapter 7,
@@ -77,7 +79,7 @@ def _describe(key: dict) -> str:
 
 
 def run_study(study: str, preset: str, out: Path, *, resume: bool = False, checkpoint_dir: Path | None = None,
-              methods: list[str] | None = None, log=print) -> dict:
+              methods: list[str] | None = None, seeds: list[int] | None = None, log=print) -> dict:
     """Run (or continue) a study and write its JSON to ``out`` after every finished run.
 
     The study module decides the runs (``next_run`` looks at the runs done so far, so a learning-rate
@@ -91,6 +93,8 @@ def run_study(study: str, preset: str, out: Path, *, resume: bool = False, check
     config = dict(PRESETS[study][preset])
     if methods:
         config["methods"] = methods
+    if seeds:
+        config["seeds"] = seeds  # a part of the study, to be joined with ``merge_records``
     record = {"study": study, "preset": preset, "config": config, "environment": environment(), "runs": [],
               "wall_seconds": 0.0, "command": "python -m posenc.experiments " + " ".join(sys.argv[1:])}
     if "max_bytes" in config:
@@ -116,6 +120,36 @@ def run_study(study: str, preset: str, out: Path, *, resume: bool = False, check
             out.write_text(json.dumps(record, indent=1))
             log(f"{study}/{preset}: {_describe(key)} done in {time.perf_counter() - start:.0f} s")
     return record
+
+
+def merge_records(records: list[dict]) -> dict:
+    """One record from parts of the same study run separately (``--seeds``, say, in two processes or on
+    two machines): the configurations must be equal except for ``seeds``, and no run may appear twice.
+    The runs are joined in seed order, ``seeds`` becomes the seeds that have runs, wall times are
+    added, and each part's command, environment and seeds are kept under ``"parts"``."""
+    if len(records) < 2:
+        raise ValueError("merge needs at least two records")
+    first = records[0]
+    for other in records[1:]:
+        if (other["study"], other["preset"]) != (first["study"], first["preset"]):
+            raise ValueError("records come from different studies or presets")
+        if {k: v for k, v in other["config"].items() if k != "seeds"} != \
+                {k: v for k, v in first["config"].items() if k != "seeds"}:
+            raise ValueError("records were written with different configurations")
+        if other.get("corpus") != first.get("corpus"):
+            raise ValueError("records were written from different corpora")
+    runs = sorted((run for record in records for run in record["runs"]), key=lambda run: run["seed"])
+    keys = [tuple((k, run[k]) for k in ("method", "seed", "lr") if k in run) for run in runs]
+    if len(set(keys)) != len(keys):
+        raise ValueError("records share runs (the same method, seed and learning rate)")
+    seeds = sorted({run["seed"] for run in runs})
+    return {**first, "config": {**first["config"], "seeds": seeds}, "runs": runs,
+            "wall_seconds": sum(record["wall_seconds"] for record in records),
+            "command": " + ".join(record["command"] for record in records),
+            "parts": [{"command": record["command"], "environment": record["environment"],
+                       "wall_seconds": record["wall_seconds"],
+                       "seeds": sorted({run["seed"] for run in record["runs"]})}
+                      for record in records]}
 
 
 def command_line(record: dict) -> str:
@@ -207,7 +241,21 @@ def print_task_table(table: dict, train_max: int, **options) -> None:
     print(format_table(table, train_max, unit="N", **dict({"missing": "--"}, **options)))
 
 
+def _merge_main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(prog="python -m posenc.experiments merge",
+                                     description="Join parts of one study (see merge_records).")
+    parser.add_argument("parts", nargs="+", type=Path)
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args(argv)
+    merged = merge_records([json.loads(path.read_text()) for path in args.parts])
+    args.out.write_text(json.dumps(merged, indent=1))
+    print(f"{args.out}: {len(merged['runs'])} runs, seeds {merged['config']['seeds']}")
+
+
 def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["merge"]:
+        return _merge_main(argv[1:])
     parser = argparse.ArgumentParser(prog="python -m posenc.experiments", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("study", choices=sorted(STUDIES))
@@ -217,6 +265,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--checkpoints", type=Path, default=None, help="folder for model weights")
     parser.add_argument("--methods", nargs="*", choices=list(POSITION_METHODS), default=None)
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    parser.add_argument("--seeds", nargs="*", type=int, default=None,
+                        help="run only these seeds (join the parts with: merge A.json B.json --out C.json)")
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -227,7 +277,7 @@ def main(argv: list[str] | None = None) -> None:
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     try:
         run_study(args.study, args.preset, args.out, resume=args.resume, checkpoint_dir=args.checkpoints,
-                  methods=args.methods, log=print if _rank() == 0 else (lambda *a: None))
+                  methods=args.methods, seeds=args.seeds, log=print if _rank() == 0 else (lambda *a: None))
     finally:
         if distributed:
             dist.destroy_process_group()

@@ -110,3 +110,23 @@ def test_seed_readers_by_hand():
     assert format_interval((6.0, 5.5, 6.25)) == "6.00 [5.50, 6.25]"
     with pytest.raises(ValueError, match="two runs of seed"):
         over_seeds(record, "ppl", "128")
+
+
+def test_merge_records_joins_parts_of_one_study():
+    from posenc.experiments import merge_records
+
+    def part(seeds, config_seeds, wall):
+        return {"study": "context_extension", "preset": "full", "config": {"steps": 5, "seeds": config_seeds},
+                "corpus": {"sha": "x"}, "environment": {"cpu": wall}, "command": f"run {seeds}",
+                "wall_seconds": wall, "runs": [{"method": "rope", "seed": s} for s in seeds]}
+
+    merged = merge_records([part([0, 1, 2], [0, 1, 2, 3, 4], 10.0), part([4, 3], [3, 4], 5.0)])
+    assert [run["seed"] for run in merged["runs"]] == [0, 1, 2, 3, 4]
+    assert merged["config"] == {"steps": 5, "seeds": [0, 1, 2, 3, 4]} and merged["wall_seconds"] == 15.0
+    assert [p["seeds"] for p in merged["parts"]] == [[0, 1, 2], [3, 4]]
+    with pytest.raises(ValueError, match="share runs"):
+        merge_records([part([0, 1], [0, 1], 1.0), part([1], [1], 1.0)])
+    other = part([3], [3], 1.0)
+    other["config"]["steps"] = 6
+    with pytest.raises(ValueError, match="different configurations"):
+        merge_records([part([0], [0], 1.0), other])

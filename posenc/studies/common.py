@@ -145,6 +145,9 @@ def paired_seed_interval(record: dict, path_a: tuple, path_b: tuple, *, method_a
 
 
 def format_interval(interval: tuple[float, float, float], digits: int = 2) -> str:
-    """``"6.56 [6.50, 6.62]"``: a mean and its interval, rounded to ``digits``."""
+    """``"6.56 [6.50, 6.62]"``: a mean and its interval, rounded to ``digits`` (the mean alone when the
+    interval is a point, as it is for one seed)."""
     mean, low, high = interval
+    if low == high == mean:
+        return f"{mean:.{digits}f}"
     return f"{mean:.{digits}f} [{low:.{digits}f}, {high:.{digits}f}]"
