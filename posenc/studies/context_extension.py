@@ -237,7 +237,7 @@ def perplexity_path(row: str, length: int, train_len: int, factor: int | None = 
     (the model continued at L, reading at most L tokens).
     """
     n = str(length)
-    if row == "no scaling" or (row == "truncated" and length <= train_len):
+    if row in ("no scaling", "none") or (row == "truncated" and length <= train_len):
         return ("no_scaling", "perplexity", n, "perplexity")
     if row == "truncated":
         return ("truncated", "perplexity", n, "perplexity")
