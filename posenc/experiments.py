@@ -40,7 +40,6 @@ import torch
 import torch.distributed as dist
 
 from . import __version__, data, studies
-from .attention import POSITION_METHODS
 from .studies.common import (format_interval, load_checkpoint, make_model, over_seeds, paired_seed_interval,
                              rank as _rank, save_checkpoint, seed_interval)
 from .studies.v1 import CONTEXT_RECIPES, rope_recipe
@@ -92,6 +91,10 @@ def run_study(study: str, preset: str, out: Path, *, resume: bool = False, check
     module = STUDIES[study]
     config = dict(PRESETS[study][preset])
     if methods:
+        known = {method for settings in PRESETS[study].values() for method in settings.get("methods", [])}
+        unknown = [method for method in methods if method not in known]
+        if unknown:
+            raise ValueError(f"methods {unknown} are not in study {study!r}; known: {sorted(known)}")
         config["methods"] = methods
     if seeds:
         config["seeds"] = seeds  # a part of the study, to be joined with ``merge_records``
@@ -263,7 +266,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, required=True, help="JSON file to write")
     parser.add_argument("--resume", action="store_true", help="skip runs already in --out")
     parser.add_argument("--checkpoints", type=Path, default=None, help="folder for model weights")
-    parser.add_argument("--methods", nargs="*", choices=list(POSITION_METHODS), default=None)
+    parser.add_argument("--methods", nargs="*", default=None,
+                        help="run only these methods (any the study's presets name)")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     parser.add_argument("--seeds", nargs="*", type=int, default=None,
                         help="run only these seeds (join the parts with: merge A.json B.json --out C.json)")

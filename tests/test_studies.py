@@ -130,3 +130,11 @@ def test_merge_records_joins_parts_of_one_study():
     other["config"]["steps"] = 6
     with pytest.raises(ValueError, match="different configurations"):
         merge_records([part([0], [0], 1.0), other])
+
+
+def test_methods_must_belong_to_the_study(tmp_path):
+    with pytest.raises(ValueError, match="not in study 'head_to_head'"):
+        run_study("head_to_head", "tiny", tmp_path / "x.json", methods=["rope (randomized)"], log=lambda *a: None)
+    from posenc.studies import length_generalisation
+
+    assert "rope (randomized)" in length_generalisation.PRESETS["full"]["methods"]
