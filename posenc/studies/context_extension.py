@@ -34,30 +34,28 @@ from .common import (format_interval, make_model, over_seeds, paired_seed_interv
                      save_checkpoint, score_lengths, training_batches)
 
 _ZERO_SHOT = dict(factors=[2, 4], passkey_depths=[0.0, 0.25, 0.5, 0.75, 1.0], passkey_rate=0.25, curve_bin=32,
-                  lr=3e-3, weight_decay=0.01, decay="linear", methods=["rope"])
+                  lr=3e-3, weight_decay=0.01, decay="linear", methods=["rope"], base_factor=10.0)
 PRESETS = {
     "tiny": dict(_ZERO_SHOT, dim=32, layers=1, heads=2, rope_base=1000.0, train_len=48, steps=6, batch=2,
                  warmup=2, seeds=[0], max_bytes=400_000, eval_tokens=512, passkey_lengths=[128],
                  passkey_keys=2, curve_bin=8, fine_tune_steps=2, fine_tune_batch=1, fine_tune_lr=1e-3,
-                 fine_tune_warmup=1, fine_tunes=["continued, L", "YaRN, 2L"], base_factor=10.0),
+                 fine_tune_warmup=1, fine_tunes=["continued, L", "YaRN, 2L"]),
     "ci": dict(_ZERO_SHOT, dim=96, layers=3, heads=3, rope_base=1000.0, train_len=512, steps=400, batch=8,
                warmup=40, seeds=[0], max_bytes=4_000_000, eval_tokens=16384,
                passkey_lengths=[256, 512, 1024, 2048], passkey_keys=8, fine_tune_steps=60,
                fine_tune_batch=4, fine_tune_lr=1e-3, fine_tune_warmup=6,
-               fine_tunes=["continued, L", "YaRN, 2L"], base_factor=10.0),
+               fine_tunes=["continued, L", "YaRN, 2L"]),
     "full": dict(_ZERO_SHOT, dim=96, layers=3, heads=3, rope_base=1000.0, train_len=512, steps=2000,
                  batch=8, warmup=100, seeds=[0, 1, 2, 3, 4], max_bytes=4_000_000, eval_tokens=131072,
                  passkey_lengths=[256, 512, 1024, 2048], passkey_keys=16, fine_tune_steps=250,
                  fine_tune_batch=4, fine_tune_lr=1e-3, fine_tune_warmup=25,
-                 fine_tunes=["continued, L", "continued, 2L", "PI, 2L", "YaRN, 2L", "base x10, 2L"],
-                 base_factor=10.0),
-    # the same code at about 10x the full scale for a CUDA device: 10x the tokens per seed, 2x L
+                 fine_tunes=["continued, L", "continued, 2L", "PI, 2L", "YaRN, 2L", "base x10, 2L"]),
+    # the same code at more than 10x the full scale for a CUDA device: 20x the tokens per seed, 2x L
     "gpu": dict(_ZERO_SHOT, dim=256, layers=6, heads=8, rope_base=3000.0, train_len=1024, steps=5000,
                 batch=32, warmup=250, seeds=[0, 1, 2, 3, 4], max_bytes=50_000_000, eval_tokens=262144,
                 passkey_lengths=[512, 1024, 2048, 4096], passkey_keys=32, fine_tune_steps=500,
                 fine_tune_batch=16, fine_tune_lr=5e-4, fine_tune_warmup=50,
-                fine_tunes=["continued, L", "continued, 2L", "PI, 2L", "YaRN, 2L", "base x10, 2L"],
-                base_factor=10.0),
+                fine_tunes=["continued, L", "continued, 2L", "PI, 2L", "YaRN, 2L", "base x10, 2L"]),
 }
 
 EXTENSION_RECIPES = ("none", "PI", "NTK-aware", "dynamic NTK", "dynamic NTK, fixed s", "YaRN",
