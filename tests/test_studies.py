@@ -138,3 +138,63 @@ def test_methods_must_belong_to_the_study(tmp_path):
     from posenc.studies import length_generalisation
 
     assert "rope (randomized)" in length_generalisation.PRESETS["full"]["methods"]
+
+
+def test_head_to_head_sweep_extends_past_a_winning_edge():
+    config = dict(PRESETS["head_to_head"]["tiny"], lr_grid=[1e-3, 2e-3], lr_extend=2)
+
+    def run(lr, value, seed=0):
+        return {"method": "none", "seed": seed, "lr": lr, "perplexity": {str(config["train_len"]): {"perplexity": value}}}
+
+    runs = [run(1e-3, 9.0), run(2e-3, 8.0)]  # the top edge wins: try 4e-3
+    assert head_to_head.sweep(config, runs, "none") == [1e-3, 2e-3, 4e-3]
+    assert head_to_head.best_lr(config, runs, "none") is None
+    assert head_to_head.next_run(config, runs) == {"method": "none", "seed": 0, "lr": 4e-3}
+    runs.append(run(4e-3, 7.0))  # the new edge wins again: one more, the last extension allowed
+    assert head_to_head.next_run(config, runs) == {"method": "none", "seed": 0, "lr": 8e-3}
+    runs.append(run(8e-3, 6.5))  # still the edge, but lr_extend = 2 is spent: the winner stands
+    assert head_to_head.best_lr(config, runs, "none") == 8e-3
+    runs_low = [run(1e-3, 7.0), run(2e-3, 8.0), run(5e-4, 7.5)]  # the bottom edge won, then lost
+    assert head_to_head.sweep(config, runs_low, "none") == [5e-4, 1e-3, 2e-3]
+    assert head_to_head.best_lr(config, runs_low, "none") == 1e-3
+
+
+def _h2h_record():
+    """Two methods, two seeds, by hand: rope has a truncated row and a YaRN extension at 2L."""
+    config = dict(PRESETS["head_to_head"]["tiny"], lr_grid=[1e-3], seeds=[0, 1], train_len=10,
+                  methods=["rope", "alibi"])
+
+    def ppl(value):
+        return {"perplexity": value}
+
+    def run(method, seed, at_l, at_2l, truncated, yarn=None, curve=None):
+        entry = {"method": method, "seed": seed, "lr": 1e-3, "perplexity": {"10": ppl(at_l), "20": ppl(at_2l)},
+                 "truncated": {"20": ppl(truncated)}, "curve": curve, "truncated_curve": [1.0, 1.0]}
+        if yarn is not None:
+            entry["rope_extensions"] = {"YaRN": {"perplexity": {"20": ppl(yarn)}, "curve": [2.0, 4.0]}}
+        return entry
+
+    runs = [run("rope", 0, 4.0, 9.0, 4.1, yarn=5.0, curve=[1.0, 3.0]), run("rope", 1, 4.2, 11.0, 4.3, yarn=6.0,
+            curve=[3.0, 5.0]), run("alibi", 0, 5.0, 4.9, 5.1), run("alibi", 1, 5.4, 5.1, 5.3)]
+    return {"config": config, "runs": runs}
+
+
+def test_head_to_head_table_and_paired_by_hand():
+    record = _h2h_record()
+    rows = head_to_head.table(record, ["rope", "rope, truncated", "rope + YaRN", "alibi"], [10, 20])
+    assert rows["rope"][10][0] == pytest.approx(4.1) and rows["rope"][20][0] == pytest.approx(10.0)
+    # with two seeds the 95% t-interval is mean +- 12.706 * sd / sqrt(2); sd of (9, 11) is sqrt(2)
+    assert rows["rope"][20][1] == pytest.approx(10.0 - 12.706, abs=1e-3)
+    assert rows["rope, truncated"][10][0] == pytest.approx(4.1)  # at L the truncated model is the model
+    assert rows["rope, truncated"][20][0] == pytest.approx(4.2)
+    assert rows["rope + YaRN"][20][0] == pytest.approx(5.5) and rows["alibi"][20][0] == pytest.approx(5.0)
+    # ALiBi minus RoPE + YaRN per seed: 4.9 - 5.0 and 5.1 - 6.0, mean -0.5, sd sqrt(0.32)
+    mean, low, high = head_to_head.paired(record, "alibi", "rope + YaRN", 20)
+    assert mean == pytest.approx(-0.5) and high - mean == pytest.approx(12.706 * 0.4, abs=1e-3)
+    assert head_to_head.mean_curve(record, "rope") == [2.0, 4.0]
+    assert head_to_head.mean_curve(record, "rope + YaRN") == [2.0, 4.0]
+    assert head_to_head.mean_curve(record, "alibi, truncated") == [1.0, 1.0]
+    with pytest.raises(ValueError, match="no run has a curve"):
+        head_to_head.mean_curve(record, "alibi")
+    with pytest.raises(ValueError, match="extension must be one of"):
+        head_to_head.perplexity_path("rope + PI", 20, 10)

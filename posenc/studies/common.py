@@ -151,3 +151,15 @@ def format_interval(interval: tuple[float, float, float], digits: int = 2) -> st
     if low == high == mean:
         return f"{mean:.{digits}f}"
     return f"{mean:.{digits}f} [{low:.{digits}f}, {high:.{digits}f}]"
+
+
+def format_rows(rows: dict, digits: int = 2) -> str:
+    """A ``table`` as text, one line per row, cells ``mean [low, high]``."""
+    labels = list(next(iter(rows.values())))
+    width = max(len(name) for name in rows)
+    cell = 8 + 2 * (digits + 4)
+    lines = [f"{'':>{width}} | " + " | ".join(f"{label:>{cell}}" for label in labels)]
+    for name, values in rows.items():
+        cells = [format_interval(v, digits) if v else "--" for v in values.values()]
+        lines.append(f"{name:>{width}} | " + " | ".join(f"{c:>{cell}}" for c in cells))
+    return "\n".join(lines)

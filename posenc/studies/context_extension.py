@@ -30,7 +30,7 @@ from .. import data
 from ..rope import rope_frequencies
 from ..train import TrainConfig, train_model
 from ..stats import t_interval
-from .common import (format_interval, make_model, over_seeds, paired_seed_interval, passkey, rank,
+from .common import (format_rows, make_model, over_seeds, paired_seed_interval, passkey, rank,  # noqa: F401
                      save_checkpoint, score_lengths, training_batches)
 
 _ZERO_SHOT = dict(factors=[2, 4], passkey_depths=[0.0, 0.25, 0.5, 0.75, 1.0], passkey_rate=0.25, curve_bin=32,
@@ -271,15 +271,3 @@ def paired(record: dict, row_a: str, row_b: str, length: int, factor_a: int | No
     L = record["config"]["train_len"]
     return paired_seed_interval(record, perplexity_path(row_a, length, L, factor_a),
                                 perplexity_path(row_b, length, L, factor_b))
-
-
-def format_rows(rows: dict, digits: int = 2) -> str:
-    """A ``table`` as text, one line per row, cells ``mean [low, high]``."""
-    labels = list(next(iter(rows.values())))
-    width = max(len(name) for name in rows)
-    cell = 8 + 2 * (digits + 4)
-    lines = [f"{'':>{width}} | " + " | ".join(f"{label:>{cell}}" for label in labels)]
-    for name, values in rows.items():
-        cells = [format_interval(v, digits) if v else "--" for v in values.values()]
-        lines.append(f"{name:>{width}} | " + " | ".join(f"{c:>{cell}}" for c in cells))
-    return "\n".join(lines)

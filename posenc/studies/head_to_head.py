@@ -1,10 +1,10 @@
 """Chapter 10's study: every position method in the same small byte-level language model.
 
 Each method is trained at length L at the best of a small learning-rate sweep (the sweep runs on the
-first seed; the other seeds use the winner), then evaluated at L, 2L, ... 16L with the book's
-evaluation tools: perplexity with a bootstrap interval over windows spread across the whole validation
-split, the truncated baseline (the same model reading at most L tokens at once), per-position loss up to
-the longest length, and a passkey grid. The RoPE model is also evaluated with YaRN (factor n/L) and with
+first seed and is extended past an edge that wins; the other seeds use the winner), then evaluated at
+L, 2L, ... 16L with the book's evaluation tools: perplexity with a bootstrap interval over windows
+spread across the whole validation split, the truncated baseline (the same model reading at most L
+tokens at once), per-position loss up to the longest length, and a passkey grid. The RoPE model is also evaluated with YaRN (factor n/L) and with
 dynamic NTK (the YaRN paper's form), so that ALiBi is measured against RoPE's extension recipes in the
 same study. Every method sees the same batches for a given seed, so differences can be paired by seed.
 """
@@ -20,7 +20,9 @@ import torch
 from .. import data
 from ..attention import POSITION_METHODS
 from ..train import TrainConfig, train_model
-from .common import make_model, passkey, rank, save_checkpoint, score_lengths, training_batches
+from ..stats import t_interval
+from .common import (make_model, over_seeds, paired_seed_interval, passkey, rank, save_checkpoint, score_lengths,
+                     training_batches)
 from .context_extension import extension_recipe
 
 _COMMON = dict(methods=list(POSITION_METHODS), decay="linear", weight_decay=0.01,
@@ -34,12 +36,12 @@ PRESETS = {
                warmup=20, seeds=[0], lr_grid=[3e-3], eval_tokens=8192, passkey_lengths=[128, 256, 512],
                passkey_keys=4, curve_bin=8),
     "full": dict(_COMMON, dim=96, layers=3, heads=4, train_len=128, factors=[1, 2, 4, 8, 16], steps=2000,
-                 batch=16, warmup=100, seeds=[0, 1, 2, 3, 4], lr_grid=[1.5e-3, 3e-3, 6e-3],
+                 batch=16, warmup=100, seeds=[0, 1, 2, 3, 4], lr_grid=[1.5e-3, 3e-3, 6e-3], lr_extend=2,
                  eval_tokens=131072, passkey_lengths=[128, 256, 512, 1024, 2048], passkey_keys=16,
                  curve_bin=16),
     # the same code at more than 10x the full scale for a CUDA device
     "gpu": dict(_COMMON, dim=384, layers=6, heads=6, train_len=512, factors=[1, 2, 4, 8, 16], steps=10000,
-                batch=32, warmup=500, seeds=[0, 1, 2, 3, 4], lr_grid=[5e-4, 1e-3, 2e-3],
+                batch=32, warmup=500, seeds=[0, 1, 2, 3, 4], lr_grid=[5e-4, 1e-3, 2e-3], lr_extend=2,
                 max_bytes=50_000_000, eval_tokens=262144,
                 passkey_lengths=[512, 1024, 2048, 4096, 8192], passkey_keys=32, curve_bin=64),
 }
@@ -47,22 +49,45 @@ PRESETS = {
 ROPE_EXTENSIONS = ("YaRN", "dynamic NTK")
 
 
+def sweep(config: dict, runs: list[dict], method: str) -> list[float]:
+    """The learning rates tried for ``method`` on the first seed: ``lr_grid``, extended by a factor of
+    two past whichever edge wins (at most ``lr_extend`` times), so that the winner sits inside what was
+    tried rather than at its edge. Each extension waits until every rate before it has run."""
+    grid = list(config["lr_grid"])
+    scores = _sweep_scores(config, runs, method)
+    for _ in range(config.get("lr_extend", 0)):
+        if any(lr not in scores for lr in grid):
+            break
+        best = min(grid, key=scores.get)
+        if best == grid[-1]:
+            grid.append(grid[-1] * 2)
+        elif best == grid[0]:
+            grid.insert(0, grid[0] / 2)
+        else:
+            break
+    return grid
+
+
+def _sweep_scores(config: dict, runs: list[dict], method: str) -> dict[float, float]:
+    L, sweep_seed = str(config["train_len"]), config["seeds"][0]
+    return {run["lr"]: run["perplexity"][L]["perplexity"] for run in runs
+            if run["method"] == method and run["seed"] == sweep_seed}
+
+
 def best_lr(config: dict, runs: list[dict], method: str) -> float | None:
     """The sweep's winner for ``method``: the learning rate whose first-seed run has the lowest
     perplexity at L (``None`` until every learning rate of the sweep has run)."""
-    L, sweep_seed = str(config["train_len"]), config["seeds"][0]
-    scores = {run["lr"]: run["perplexity"][L]["perplexity"] for run in runs
-              if run["method"] == method and run["seed"] == sweep_seed}
-    if any(lr not in scores for lr in config["lr_grid"]):
+    grid, scores = sweep(config, runs, method), _sweep_scores(config, runs, method)
+    if any(lr not in scores for lr in grid):
         return None
-    return min(config["lr_grid"], key=lambda lr: scores[lr])
+    return min(grid, key=scores.get)
 
 
 def next_run(config: dict, runs: list[dict]) -> dict | None:
     """First every method's sweep on the first seed, then the other seeds at each method's winner."""
     done = {(run["method"], run["seed"], run["lr"]) for run in runs}
     for method in config["methods"]:
-        for lr in config["lr_grid"]:
+        for lr in sweep(config, runs, method):
             if (method, config["seeds"][0], lr) not in done:
                 return {"method": method, "seed": config["seeds"][0], "lr": lr}
     for seed in config["seeds"][1:]:
@@ -123,3 +148,67 @@ def run(config: dict, key: dict, checkpoint_dir: Path | None) -> dict:
             result["rope_extensions"][name] = entry
     result["seconds"] = time.perf_counter() - start
     return result
+
+
+# ---- reading a record: rows are methods, "<method>, truncated", "rope + YaRN", "rope + dynamic NTK" -----
+
+TRUNCATED = ", truncated"
+
+
+def perplexity_path(row: str, length: int, train_len: int) -> tuple[str, tuple]:
+    """``(method, path)``: which method's runs hold ``row``'s perplexity at ``length`` and where (for
+    ``over_seeds``). A truncated row or a RoPE extension at ``length <= L`` is the plain model."""
+    n, plain = str(length), ("perplexity", str(length), "perplexity")
+    if row.endswith(TRUNCATED):
+        method = row[: -len(TRUNCATED)]
+        return method, plain if length <= train_len else ("truncated", n, "perplexity")
+    if row.startswith("rope + "):
+        name = row[len("rope + "):]
+        if name not in ROPE_EXTENSIONS:
+            raise ValueError(f"RoPE extension must be one of {ROPE_EXTENSIONS}, got {name!r}")
+        return "rope", plain if length <= train_len else ("rope_extensions", name, "perplexity", n, "perplexity")
+    return row, plain
+
+
+def table(record: dict, rows, lengths) -> dict:
+    """``{row: {length: (mean, low, high) or None}}``: the 95% t-interval over seeds (each method at its
+    chosen learning rate) of each row's perplexity; ``None`` where no run has it (learned beyond L)."""
+    L, runs = record["config"]["train_len"], seed_runs(record)
+    out = {}
+    for row in rows:
+        method, _ = perplexity_path(row, L, L)
+        out[row] = {}
+        for n in lengths:
+            values = over_seeds(record, *perplexity_path(row, n, L)[1], method=method, runs=runs)
+            out[row][n] = t_interval(list(values.values())) if values else None
+    return out
+
+
+def paired(record: dict, row_a: str, row_b: str, length: int) -> tuple[float, float, float]:
+    """95% t-interval of the per-seed perplexity difference ``row_a - row_b`` at ``length`` (every
+    method sees the same batches for a seed, so the seed pairs them)."""
+    L = record["config"]["train_len"]
+    (method_a, path_a), (method_b, path_b) = perplexity_path(row_a, length, L), perplexity_path(row_b, length, L)
+    return paired_seed_interval(record, path_a, path_b, method_a=method_a, method_b=method_b,
+                                runs=seed_runs(record))
+
+
+def mean_curve(record: dict, row: str) -> list[float]:
+    """The per-position loss curve of ``row`` at the longest length, averaged over seeds (bins of
+    ``curve_bin`` tokens): ``"<method>"``, ``"<method>, truncated"`` or ``"rope + <extension>"``."""
+    if row.endswith(TRUNCATED):
+        method, path = row[: -len(TRUNCATED)], ("truncated_curve",)
+    elif row.startswith("rope + "):
+        method, path = "rope", ("rope_extensions", row[len("rope + "):], "curve")
+    else:
+        method, path = row, ("curve",)
+    curves = []
+    for run in seed_runs(record):
+        value = run if run["method"] == method else None
+        for key in path:
+            value = value.get(key) if isinstance(value, dict) else None
+        if value is not None:
+            curves.append(value)
+    if not curves:
+        raise ValueError(f"no run has a curve for {row!r}")
+    return [sum(values) / len(curves) for values in zip(*curves)]
