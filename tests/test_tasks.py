@@ -376,3 +376,23 @@ def test_matched_checkpoint_is_the_first_point_at_the_threshold():
     assert study.matched_checkpoint(run, "a", 8) == {"step": 20, "exact_match": {"8": 0.99, "16": 0.1}}
     assert study.matched_checkpoint(run, "a", 8, threshold=1.0)["step"] == "final"
     assert study.matched_checkpoint(run, "a", 16) is None
+
+
+def test_length_generalisation_table_and_by_position_by_hand():
+    from posenc.studies import length_generalisation as study
+    config = {"methods": ["rope", "learned"], "test_lengths": [4, 8], "train_max": 4}
+
+    def run(method, seed, at_8, positions):
+        return {"method": method, "seed": seed, "exact_match": {"copy": {"4": 1.0, "8": at_8}},
+                "by_position": {"copy": {"4": [1.0] * 4, "8": positions}}}
+
+    record = {"config": config, "runs": [run("rope", 0, 0.25, [1.0, 0.5]), run("rope", 1, 0.75, [1.0, 0.0]),
+                                         run("learned", 0, None, None), run("learned", 1, None, None)]}
+    rows = study.table(record, "exact_match", "copy")
+    assert rows["rope"][4] == (1.0, 1.0, 1.0)
+    mean, low, high = rows["rope"][8]  # sd of (0.25, 0.75) is sqrt(0.125); t(0.975, 1) = 12.706
+    assert mean == pytest.approx(0.5) and high - mean == pytest.approx(12.706 * 0.25, abs=1e-3)
+    assert rows["learned"][8] is None
+    assert study.by_position(record, "rope", "copy", 8) == [1.0, 0.25]
+    with pytest.raises(ValueError, match="no run of 'learned'"):
+        study.by_position(record, "learned", "copy", 8)

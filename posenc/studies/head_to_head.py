@@ -33,7 +33,7 @@ PRESETS = {
                  warmup=2, seeds=[0, 1], lr_grid=[1e-3, 3e-3], methods=["none", "rope"],
                  max_bytes=400_000, eval_tokens=512, passkey_lengths=[128], passkey_keys=2, curve_bin=8),
     "ci": dict(_COMMON, dim=64, layers=2, heads=4, train_len=64, factors=[1, 2, 4, 8], steps=200, batch=16,
-               warmup=20, seeds=[0], lr_grid=[3e-3], eval_tokens=8192, passkey_lengths=[128, 256, 512],
+               warmup=20, seeds=[0], lr_grid=[3e-3], eval_tokens=8192, passkey_lengths=[64, 128],
                passkey_keys=4, curve_bin=8),
     "full": dict(_COMMON, dim=96, layers=3, heads=4, train_len=128, factors=[1, 2, 4, 8, 16], steps=2000,
                  batch=16, warmup=100, seeds=[0, 1, 2, 3, 4], lr_grid=[1.5e-3, 3e-3, 6e-3], lr_extend=2,

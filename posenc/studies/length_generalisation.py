@@ -35,7 +35,8 @@ import torch
 from .. import tasks
 from ..attention import POSITION_METHODS
 from ..train import TrainConfig, train_model
-from .common import make_model, rank, save_checkpoint
+from ..stats import t_interval
+from .common import make_model, over_seeds, rank, save_checkpoint
 
 RANDOMIZED = " (randomized)"
 
@@ -55,7 +56,7 @@ PRESETS = {
                  tasks=[task_variant("copy", 2, False, 8), task_variant("copy", 8, True, 4)], eval_samples=16,
                  probe_every=4, probe_samples=8),
     "ci": dict(_COMMON, dim=64, layers=2, heads=4, train_max=8, test_lengths=[8, 16, 32], batch=32, seeds=[0],
-               methods=["none", "rope", "rope" + RANDOMIZED], tasks=[task_variant("reverse", 2, False, 1500)],
+               methods=["rope", "rope" + RANDOMIZED], tasks=[task_variant("reverse", 2, False, 1200)],
                eval_samples=128, probe_every=500, probe_samples=64),
     "full": dict(_COMMON, dim=64, layers=2, heads=4, train_max=8, test_lengths=[4, 8, 10, 12, 16, 24, 32],
                  batch=32, seeds=[0, 1, 2, 3, 4],
@@ -233,3 +234,25 @@ def matched_checkpoint(run: dict, task: str, n: int, threshold: float = 0.99) ->
         if value is not None and value >= threshold:
             return point
     return None
+
+
+def table(record: dict, metric: str, task: str, methods=None) -> dict:
+    """``{method: {n: (mean, low, high) or None}}``: the 95% t-interval over seeds of ``metric``
+    (``"exact_match"`` or ``"token_accuracy"``) on ``task`` at every test length (``None`` where the
+    method cannot run)."""
+    out = {}
+    for method in methods or record["config"]["methods"]:
+        out[method] = {}
+        for n in record["config"]["test_lengths"]:
+            values = over_seeds(record, metric, task, n, method=method)
+            out[method][n] = t_interval(list(values.values())) if values else None
+    return out
+
+
+def by_position(record: dict, method: str, task: str, n: int) -> list[float]:
+    """Free-running accuracy at each answer index for inputs of length n, averaged over seeds."""
+    rows = [run["by_position"][task][str(n)] for run in record["runs"] if run["method"] == method]
+    rows = [row for row in rows if row is not None]
+    if not rows:
+        raise ValueError(f"no run of {method!r} has answers of length {n} on {task!r}")
+    return [sum(values) / len(rows) for values in zip(*rows)]
