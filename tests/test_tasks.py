@@ -390,8 +390,12 @@ def test_length_generalisation_table_and_by_position_by_hand():
                                          run("learned", 0, None, None), run("learned", 1, None, None)]}
     rows = study.table(record, "exact_match", "copy")
     assert rows["rope"][4] == (1.0, 1.0, 1.0)
-    mean, low, high = rows["rope"][8]  # sd of (0.25, 0.75) is sqrt(0.125); t(0.975, 1) = 12.706
-    assert mean == pytest.approx(0.5) and high - mean == pytest.approx(12.706 * 0.25, abs=1e-3)
+    # sd of (0.25, 0.75) is sqrt(0.125) and t(0.975, 1) = 12.706: 0.5 +- 3.18, cut to [0, 1]
+    assert rows["rope"][8] == (pytest.approx(0.5), 0.0, 1.0)
+    near = {"config": config, "runs": [run("rope", seed, value, [1.0, 0.5])  # sd 0.05, inside [0, 1]
+                                       for seed, value in enumerate((0.45, 0.5, 0.55))]}
+    mean, low, high = study.table(near, "exact_match", "copy")["rope"][8]
+    assert (mean, high - mean) == (pytest.approx(0.5), pytest.approx(4.303 * 0.05 / 3 ** 0.5, abs=1e-3))
     assert rows["learned"][8] is None
     assert study.by_position(record, "rope", "copy", 8) == [1.0, 0.25]
     with pytest.raises(ValueError, match="no run of 'learned'"):

@@ -238,14 +238,17 @@ def matched_checkpoint(run: dict, task: str, n: int, threshold: float = 0.99) ->
 
 def table(record: dict, metric: str, task: str, methods=None) -> dict:
     """``{method: {n: (mean, low, high) or None}}``: the 95% t-interval over seeds of ``metric``
-    (``"exact_match"`` or ``"token_accuracy"``) on ``task`` at every test length (``None`` where the
-    method cannot run)."""
+    (``"exact_match"`` or ``"token_accuracy"``) on ``task`` at every test length, cut to [0, 1]
+    (``None`` where the method cannot run)."""
     out = {}
     for method in methods or record["config"]["methods"]:
         out[method] = {}
         for n in record["config"]["test_lengths"]:
             values = over_seeds(record, metric, task, n, method=method)
-            out[method][n] = t_interval(list(values.values())) if values else None
+            if values:
+                mean, low, high = t_interval(list(values.values()))
+                values = (mean, max(0.0, low), min(1.0, high))  # a rate stays within [0, 1]
+            out[method][n] = values or None
     return out
 
 
