@@ -8,8 +8,7 @@
     torchrun --nproc_per_node=2 -m posenc.experiments head_to_head --preset tiny --out /tmp/h.json
 
 The studies live in ``posenc.studies`` (one module each: ``context_extension`` for chapter 7,
-``head_to_head`` and ``length_generalisation`` for chapter 10; the ``*_v1`` studies are the book's
-first versions, kept until those chapters are rewritten). Presets: ``tiny`` (tests), ``ci`` (a
+``head_to_head`` and ``length_generalisation`` for chapter 10). Presets: ``tiny`` (tests), ``ci`` (a
 chapter's live run), ``full`` (the committed results; hours on a CPU) and ``gpu`` (10x or more the full
 scale, the same code on a CUDA device).
 
@@ -19,9 +18,8 @@ rewritten after each finished run, so ``--resume`` continues an interrupted stud
 Under ``torchrun`` every process trains (DistributedDataParallel, gloo on CPU, nccl on GPU) and process
 0 evaluates, writes, and shares each run with the others.
 
-The chapters read the v1 records with ``summarise`` (perplexity per method and length, mean and
-standard deviation over seeds; ``bits=True`` for bits per byte), ``task_table`` (the synthetic tasks)
-and ``print_table`` / ``print_task_table``.
+The chapters read the records with each study's readers (``table``, ``paired``) and, from here,
+``over_seeds``, ``seed_interval``, ``paired_seed_interval`` and ``format_interval``.
 """
 
 from __future__ import annotations
@@ -31,7 +29,6 @@ import json
 import math
 import os
 import platform
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -42,7 +39,6 @@ import torch.distributed as dist
 from . import __version__, data, studies
 from .studies.common import (format_interval, load_checkpoint, make_model, over_seeds, paired_seed_interval,
                              rank as _rank, save_checkpoint, seed_interval)
-from .studies.v1 import CONTEXT_RECIPES, rope_recipe
 from .train import default_device
 
 STUDIES = studies.STUDIES
@@ -50,15 +46,10 @@ STUDIES = studies.STUDIES
 PRESETS = {name: study.PRESETS for name, study in STUDIES.items()}
 
 
-def same_config(study: str, previous: dict, config: dict) -> bool:
-    """Whether a result file's ``previous`` configuration equals ``config``, counting a key listed in the
-    study's ``RECORDED_LATER`` (settings recorded only in later versions, as functions of the rest of
-    the configuration) that ``previous`` lacks as the value the code used before it was recorded."""
-    filled = dict(previous)
-    for key, value_then in getattr(STUDIES[study], "RECORDED_LATER", {}).items():
-        if key not in filled and key in config:
-            filled[key] = value_then(previous)
-    return filled == config
+def same_config(previous: dict, config: dict) -> bool:
+    """Whether a result file's ``previous`` configuration equals ``config`` (``--resume`` refuses to
+    continue a study with different settings)."""
+    return previous == config
 
 
 def environment() -> dict:
@@ -104,7 +95,7 @@ def run_study(study: str, preset: str, out: Path, *, resume: bool = False, check
         record["corpus"] = data.corpus_fingerprint(config["max_bytes"], 0.1)
     if resume and out.exists():
         previous = json.loads(out.read_text())
-        if not same_config(study, previous.get("config", {}), config):
+        if not same_config(previous.get("config", {}), config):
             raise ValueError(f"{out} was written with a different configuration; remove it or drop --resume")
         record["runs"], record["wall_seconds"] = previous["runs"], previous["wall_seconds"]
         if record["runs"]:
@@ -173,77 +164,6 @@ def bits_per_byte(perplexity: float) -> float:
     return math.log2(perplexity)
 
 
-def _mean_and_spread(values: list) -> tuple[float, float] | None:
-    """(mean, sample standard deviation) over seeds; spread 0.0 for one seed; None if any is None."""
-    if any(value is None for value in values):
-        return None  # the method cannot run there (a learned table beyond its rows)
-    values = [float(value) for value in values]
-    spread = statistics.stdev(values) if len(values) > 1 else 0.0
-    return statistics.fmean(values), spread
-
-
-def summarise(record: dict, *, bits: bool = False) -> dict[str, dict[int, tuple[float, float] | None]]:
-    """A head_to_head record as ``{method: {length: (mean, std) or None}}`` over its seeds.
-
-    ``std`` is the sample standard deviation over seeds (0.0 for one seed); ``None`` marks a length the
-    method cannot run at. With ``bits=True`` each run's perplexity is first converted to bits per byte.
-    Methods and lengths keep the order of the record.
-    """
-    by_method: dict[str, dict[int, list]] = {}
-    for run in record["runs"]:
-        lengths = by_method.setdefault(run["method"], {})
-        for length, value in run["perplexity"].items():
-            if bits and value is not None:
-                value = bits_per_byte(value)
-            lengths.setdefault(int(length), []).append(value)
-    return {method: {length: _mean_and_spread(values) for length, values in sorted(lengths.items())}
-            for method, lengths in by_method.items()}
-
-
-def task_table(record: dict, metric: str, task: str) -> dict[str, dict[int, tuple[float, float] | None]]:
-    """A length_generalisation record as ``{method: {n: (mean, std) or None}}`` for one ``metric``
-    (``"exact_match"`` or ``"token_accuracy"``) and ``task``, over its seeds (as ``summarise``)."""
-    by_method: dict[str, dict[int, list]] = {}
-    for run in record["runs"]:
-        if metric not in run or task not in run[metric]:
-            raise ValueError(f"the record has no {metric!r} for task {task!r}")
-        lengths = by_method.setdefault(run["method"], {})
-        for n, value in run[metric][task].items():
-            lengths.setdefault(int(n), []).append(value)
-    return {method: {n: _mean_and_spread(values) for n, values in sorted(lengths.items())}
-            for method, lengths in by_method.items()}
-
-
-def format_table(table: dict, train_len: int, *, unit: str = "L", digits: int = 2,
-                 missing: str = "cannot run") -> str:
-    """A ``summarise`` or ``task_table`` table as text: one row per method, one column per length,
-    headed ``kL = n`` (``unit="L"``) or ``n = n (k.kN)`` (``unit="N"``), cells ``mean +- std``."""
-    lengths = sorted({length for row in table.values() for length in row})
-    if unit == "L":
-        header = [f"{n // train_len}L = {n}" for n in lengths]
-    elif unit == "N":
-        header = [f"n = {n:>2} ({n / train_len:.1f}N)" for n in lengths]
-    else:
-        raise ValueError(f"unit must be 'L' or 'N', got {unit!r}")
-    width = max(15, *(len(h) for h in header))
-    lines = [f"{'method':>10} | " + " | ".join(f"{h:>{width}}" for h in header)]
-    for method, row in table.items():
-        cells = [missing if row.get(n) is None else f"{row[n][0]:.{digits}f} +- {row[n][1]:.{digits}f}"
-                 for n in lengths]
-        lines.append(f"{method:>10} | " + " | ".join(f"{c:>{width}}" for c in cells))
-    return "\n".join(lines)
-
-
-def print_table(table: dict, train_len: int, **options) -> None:
-    """Print a ``summarise`` table with columns headed by multiples of the training length."""
-    print(format_table(table, train_len, unit="L", **options))
-
-
-def print_task_table(table: dict, train_max: int, **options) -> None:
-    """Print a ``task_table`` with columns headed by input length and its multiple of ``train_max``."""
-    print(format_table(table, train_max, unit="N", **dict({"missing": "--"}, **options)))
-
-
 def _merge_main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(prog="python -m posenc.experiments merge",
                                      description="Join parts of one study (see merge_records).")
@@ -262,7 +182,9 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m posenc.experiments", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("study", choices=sorted(STUDIES))
-    parser.add_argument("--preset", default="ci", choices=["tiny", "ci", "full", "gpu"])
+    presets = sorted({name for study in STUDIES.values() for name in study.PRESETS})
+    parser.add_argument("--preset", default="ci", choices=presets,
+                        help="a preset of the study (run_study checks that the study has it)")
     parser.add_argument("--out", type=Path, required=True, help="JSON file to write")
     parser.add_argument("--resume", action="store_true", help="skip runs already in --out")
     parser.add_argument("--checkpoints", type=Path, default=None, help="folder for model weights")

@@ -37,7 +37,7 @@ print("executed", len(nb.cells), "cells")
 
 SHIPPED = """
 from importlib import resources
-for name in ("head_to_head_full", "length_generalisation_full"):
+for name in ("head_to_head_v2_full", "length_generalisation_v2_full", "context_extension_v2_full"):
     assert resources.files("posenc").joinpath(f"results/{name}.json").is_file(), name
 """
 

@@ -109,15 +109,17 @@ def test_training_is_seeded():
 
 def test_resume_skips_finished_runs_and_checkpoints_load_safely(tmp_path):
     out = tmp_path / "h.json"
-    first = run_study("head_to_head_v1", "tiny", out, methods=["none"], log=lambda *a: None)
+    first = run_study("length_generalisation", "tiny", out, methods=["none"], seeds=[0], log=lambda *a: None)
     assert [(r["method"], r["seed"]) for r in first["runs"]] == [("none", 0)]
     messages = []
-    second = run_study("head_to_head_v1", "tiny", out, methods=["none"], resume=True, log=messages.append)
+    second = run_study("length_generalisation", "tiny", out, methods=["none"], seeds=[0], resume=True,
+                       log=messages.append)
     assert second["runs"] == first["runs"] and "already done" in messages[0]
     record = json.loads(out.read_text())
     assert record["environment"]["torch"] == torch.__version__ and record["config"]["methods"] == ["none"]
     with pytest.raises(ValueError, match="different configuration"):
-        run_study("head_to_head_v1", "tiny", out, methods=["rope"], resume=True, log=lambda *a: None)
+        run_study("length_generalisation", "tiny", out, methods=["rope"], seeds=[0], resume=True,
+                  log=lambda *a: None)
 
     model = TransformerLM(17, 16, 1, 2, position="alibi")
     save_checkpoint(model, tmp_path / "m.pt", {"method": "alibi"})
@@ -142,65 +144,12 @@ def test_two_process_torchrun_on_cpu(tmp_path):
     assert all(value["perplexity"] > 1 for value in record["runs"][0]["perplexity"].values())
 
 
-def test_context_extension_v1_tiny_records_every_recipe(tmp_path):
-    from posenc.experiments import CONTEXT_RECIPES, run_study
-
-    record = run_study("context_extension_v1", "tiny", tmp_path / "ce.json", log=lambda *a: None)
-    (run,) = record["runs"]
-    L = record["config"]["train_len"]
-    assert set(run["zero_shot"]) == set(CONTEXT_RECIPES)
-    for scores in run["zero_shot"].values():
-        assert set(scores) == {str(2 * L), str(4 * L), f"{L} with factor 2", f"{L} with factor 4"}
-    # with no scaling the model is the same at any factor: its perplexity at L cannot change
-    none = run["zero_shot"]["none"]
-    assert none[f"{L} with factor 2"] == none[f"{L} with factor 4"]
-    assert set(run["fine_tuned"]) == {"PI", "YaRN"}
-    assert all(set(scores) == {str(L), str(2 * L), str(4 * L)} for scores in run["fine_tuned"].values())
-
-
-def test_rope_recipes_match_chapter_7():
-    from posenc.experiments import rope_recipe
-
-    assert rope_recipe("none", 2.0, 128) is None
-    assert rope_recipe("PI", 4.0, 128) == {"rope_type": "linear", "factor": 4.0}
-    assert rope_recipe("YaRN", 2.0, 128)["original_max_position_embeddings"] == 128
-    with pytest.raises(ValueError, match="recipe must be one of"):
-        rope_recipe("NTK-by-parts", 2.0, 128)
-
-
 def test_command_line_of_a_record():
     from posenc.experiments import command_line
 
     expected = "python -m posenc.experiments head_to_head --preset full"
     assert command_line({"command": "/some/where/posenc/experiments.py head_to_head --preset full"}) == expected
     assert command_line({"command": "python -m posenc.experiments head_to_head --preset full"}) == expected
-
-
-def _record(values):
-    """A study record with perplexity runs: values = {method: [{length: value}, ...]} (one per seed)."""
-    return {"runs": [{"method": method, "seed": seed, "perplexity": {str(n): v for n, v in run.items()}}
-                     for method, runs in values.items() for seed, run in enumerate(runs)]}
-
-
-def test_summarise_is_mean_and_sample_std_over_seeds():
-    record = _record({"rope": [{128: 4.0, 256: 8.0}, {128: 5.0, 256: 10.0}, {128: 6.0, 256: 15.0}],
-                      "learned": [{128: 5.0, 256: None}, {128: 7.0, 256: None}, {128: 6.0, 256: None}]})
-    from posenc.experiments import summarise
-
-    table = summarise(record)
-    assert list(table) == ["rope", "learned"] and list(table["rope"]) == [128, 256]
-    # by hand: mean 5, deviations -1, 0, 1 -> sample variance 2 / (3 - 1) = 1
-    assert table["rope"][128] == pytest.approx((5.0, 1.0))
-    # mean 11, deviations -3, -1, 4 -> variance 26 / 2 = 13
-    assert table["rope"][256] == pytest.approx((11.0, math.sqrt(13.0)))
-    assert table["learned"][128] == pytest.approx((6.0, 1.0)) and table["learned"][256] is None
-    # bits per byte: the mean of log2 per seed (not log2 of the mean)
-    bits = summarise(record, bits=True)["rope"][256]
-    by_hand = [math.log(v) / math.log(2) for v in (8.0, 10.0, 15.0)]
-    assert bits[0] == pytest.approx(sum(by_hand) / 3)
-    assert bits[0] < math.log2(11.0)  # Jensen: mean of logs < log of mean
-    one_seed = summarise(_record({"alibi": [{64: 3.0}]}))
-    assert one_seed == {"alibi": {64: (3.0, 0.0)}}
 
 
 def test_bits_per_byte():
@@ -213,46 +162,3 @@ def test_bits_per_byte():
         bits_per_byte(0.5)
 
 
-def test_task_table_and_printed_tables(capsys):
-    from posenc.experiments import print_table, print_task_table, summarise, task_table
-
-    record = {"runs": [
-        {"method": "alibi", "seed": s, "exact_match": {"copy": {"8": e8, "16": e16}},
-         "token_accuracy": {"copy": {"8": 1.0, "16": a16}}}
-        for s, (e8, e16, a16) in enumerate([(0.9, 0.1, 0.5), (0.7, 0.3, 0.7)])]
-        + [{"method": "learned", "seed": 0, "exact_match": {"copy": {"8": 1.0, "16": None}},
-            "token_accuracy": {"copy": {"8": 1.0, "16": None}}}]}
-    table = task_table(record, "exact_match", "copy")
-    # two seeds: mean (a + b) / 2, sample std |a - b| / sqrt(2)
-    assert table["alibi"][8] == pytest.approx((0.8, 0.2 / math.sqrt(2)))
-    assert table["alibi"][16] == pytest.approx((0.2, 0.2 / math.sqrt(2)))
-    assert table["learned"] == {8: (1.0, 0.0), 16: None}
-    with pytest.raises(ValueError, match="no 'exact_match' for task 'reverse'"):
-        task_table(record, "exact_match", "reverse")
-
-    print_task_table(table, 8)
-    lines = capsys.readouterr().out.splitlines()
-    assert "n =  8 (1.0N)" in lines[0] and "n = 16 (2.0N)" in lines[0]
-    assert lines[1].split("|")[0].strip() == "alibi" and "0.80 +- 0.14" in lines[1]
-    assert lines[2].rstrip().endswith("--")
-    print_table(summarise(_record({"t5": [{128: 4.861, 256: 5.1}], "learned": [{128: 5.0, 256: None}]})), 128)
-    lines = capsys.readouterr().out.splitlines()
-    assert "1L = 128" in lines[0] and "2L = 256" in lines[0]
-    assert "4.86 +- 0.00" in lines[1] and lines[2].rstrip().endswith("cannot run")
-
-
-def test_fine_tune_settings_are_recorded_and_old_results_resume(tmp_path):
-    from importlib import resources
-
-    from posenc.experiments import PRESETS, same_config
-
-    for preset in PRESETS["context_extension_v1"].values():
-        assert preset["fine_tune_lr"] == 1e-3 and preset["fine_tune_warmup"] >= 1
-    # the committed chapter 7 study was written before these two keys were recorded, with the values
-    # then hard-coded: learning rate 1e-3 and max(1, steps // 15) = 10 warm-up steps
-    committed = json.loads(resources.files("posenc").joinpath("results/context_extension_full.json").read_text())
-    assert "fine_tune_lr" not in committed["config"]
-    v1 = PRESETS["context_extension_v1"]["full"]
-    assert same_config("context_extension_v1", committed["config"], v1)
-    assert not same_config("context_extension_v1", committed["config"], dict(v1, fine_tune_lr=3e-4))
-    assert not same_config("context_extension_v1", {**committed["config"], "fine_tune_warmup": 5}, v1)

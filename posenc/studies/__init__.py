@@ -6,7 +6,7 @@ next, given the runs done so far) and ``run(config, key, checkpoint_dir) -> dict
 ``posenc.experiments`` runs them from the command line and writes the JSON.
 """
 
-from . import context_extension, head_to_head, length_generalisation, v1
+from . import context_extension, head_to_head, length_generalisation
 
 STUDIES = {"context_extension": context_extension, "head_to_head": head_to_head,
-           "length_generalisation": length_generalisation, **v1.STUDIES}
+           "length_generalisation": length_generalisation}
