@@ -4,9 +4,9 @@ Each method is trained at length L at the best of a small learning-rate sweep (t
 first seed and is extended past an edge that wins; the other seeds use the winner), then evaluated at
 L, 2L, ... 16L with the book's evaluation tools: perplexity with a bootstrap interval over windows
 spread across the whole validation split, the truncated baseline (the same model reading at most L
-tokens at once), per-position loss up to the longest length, and a passkey grid. The RoPE model is also evaluated with YaRN (factor n/L) and with
-dynamic NTK (the YaRN paper's form), so that ALiBi is measured against RoPE's extension recipes in the
-same study. Every method sees the same batches for a given seed, so differences can be paired by seed.
+tokens at once), per-position loss up to the longest length, and a passkey grid. The RoPE model is also
+evaluated with YaRN (factor n/L) and with dynamic NTK (the YaRN paper's form), so that ALiBi is measured
+against RoPE's extension recipes in the same study. Every method sees the same batches for a given seed, so differences can be paired by seed.
 """
 
 from __future__ import annotations
@@ -168,19 +168,29 @@ def run(config: dict, key: dict, checkpoint_dir: Path | None) -> dict:
 TRUNCATED = ", truncated"
 
 
-def perplexity_path(row: str, length: int, train_len: int) -> tuple[str, tuple]:
-    """``(method, path)``: which method's runs hold ``row``'s perplexity at ``length`` and where (for
-    ``over_seeds``). A truncated row or a RoPE extension at ``length <= L`` is the plain model."""
-    n, plain = str(length), ("perplexity", str(length), "perplexity")
+def _reading(row: str) -> tuple[str, tuple]:
+    """``(method, keys)`` of a row: ``keys`` lead from a run to that reading's results (``()`` for the
+    plain model, ``("truncated",)``, or ``("rope_extensions", name)``)."""
     if row.endswith(TRUNCATED):
-        method = row[: -len(TRUNCATED)]
-        return method, plain if length <= train_len else ("truncated", n, "perplexity")
+        return row[: -len(TRUNCATED)], ("truncated",)
     if row.startswith("rope + "):
         name = row[len("rope + "):]
         if name not in ROPE_EXTENSIONS:
             raise ValueError(f"RoPE extension must be one of {ROPE_EXTENSIONS}, got {name!r}")
-        return "rope", plain if length <= train_len else ("rope_extensions", name, "perplexity", n, "perplexity")
-    return row, plain
+        return "rope", ("rope_extensions", name)
+    return row, ()
+
+
+def perplexity_path(row: str, length: int, train_len: int) -> tuple[str, tuple]:
+    """``(method, path)``: which method's runs hold ``row``'s perplexity at ``length`` and where (for
+    ``over_seeds``). A truncated row or a RoPE extension at ``length <= L`` is the plain model."""
+    method, keys = _reading(row)
+    n = str(length)
+    if length <= train_len or not keys:
+        return method, ("perplexity", n, "perplexity")
+    if keys == ("truncated",):
+        return method, ("truncated", n, "perplexity")
+    return method, (*keys, "perplexity", n, "perplexity")
 
 
 def table(record: dict, rows, lengths) -> dict:
@@ -201,7 +211,7 @@ def paired(record: dict, row_a: str, row_b: str, length: int) -> tuple[float, fl
     """95% t-interval of the per-seed perplexity difference ``row_a - row_b`` at ``length`` (every
     method sees the same batches for a seed, so the seed pairs them)."""
     L = record["config"]["train_len"]
-    (method_a, path_a), (method_b, path_b) = perplexity_path(row_a, length, L), perplexity_path(row_b, length, L)
+    (method_a, path_a), (method_b, path_b) = (perplexity_path(row, length, L) for row in (row_a, row_b))
     return paired_seed_interval(record, path_a, path_b, method_a=method_a, method_b=method_b,
                                 runs=seed_runs(record))
 
@@ -209,12 +219,13 @@ def paired(record: dict, row_a: str, row_b: str, length: int) -> tuple[float, fl
 def mean_curve(record: dict, row: str) -> list[float]:
     """The per-position loss curve of ``row`` at the longest length, averaged over seeds (bins of
     ``curve_bin`` tokens): ``"<method>"``, ``"<method>, truncated"`` or ``"rope + <extension>"``."""
-    if row.endswith(TRUNCATED):
-        method, path = row[: -len(TRUNCATED)], ("truncated_curve",)
-    elif row.startswith("rope + "):
-        method, path = "rope", ("rope_extensions", row[len("rope + "):], "curve")
+    method, keys = _reading(row)
+    if not keys:
+        path = ("curve",)
+    elif keys == ("truncated",):
+        path = ("truncated_curve",)
     else:
-        method, path = row, ("curve",)
+        path = (*keys, "curve")
     curves = []
     for run in seed_runs(record):
         value = run if run["method"] == method else None
