@@ -56,7 +56,9 @@ import posenc
     (lambda: posenc.RotaryEmbedding(8)(torch.zeros(1, 1, 2, 8), torch.zeros(1, 1, 2, 8),
                                        positions=torch.tensor([0.5, 1.0])), ValueError, "whole-number"),
     # mismatched shapes
-    (lambda: posenc.apply_rope(torch.zeros(2, 3, 8), torch.zeros(3, 6), torch.zeros(3, 6)), ValueError, "cos/sin must end in"),
+    (lambda: posenc.apply_rope(torch.zeros(2, 3, 8), torch.zeros(3, 10), torch.zeros(3, 10)), ValueError, "cos/sin must end in"),
+    (lambda: posenc.apply_rope(torch.zeros(2, 3, 8), torch.zeros(4, 8), torch.zeros(4, 8)), ValueError, "cos/sin must end in"),
+    (lambda: posenc.apply_rope(torch.zeros(2, 3, 8), torch.zeros(3, 5), torch.zeros(3, 5)), ValueError, "even rotary_dim"),
     (lambda: posenc.apply_rope(torch.zeros(3, 8), torch.zeros(3, 8), torch.zeros(2, 8)), ValueError, "same shape"),
     (lambda: posenc.RotaryEmbedding(8)(torch.zeros(1, 2, 3, 8), torch.zeros(1, 2, 4, 8)), ValueError, "share batch and seq"),
     (lambda: posenc.RotaryEmbedding(8)(torch.zeros(1, 2, 3, 6), torch.zeros(1, 2, 3, 6)), ValueError, "q must be"),

@@ -188,7 +188,7 @@ def test_rotary_embedding_does_not_inspect_table_values(monkeypatch):
     def forbidden(*args, **kwargs):
         raise AssertionError("RotaryEmbedding built the tables; it must not compare them (a GPU sync)")
 
-    monkeypatch.setattr(posenc.rope, "_angles_repeat_per_pair", forbidden)
+    monkeypatch.setattr(posenc.rope.kernels, "_angles_repeat_per_pair", forbidden)
     rotary = RotaryEmbedding(16)
     q = torch.randn(2, 3, 5, 16)
     rotated, _ = rotary(q, q, offset=4)
