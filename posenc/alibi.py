@@ -11,6 +11,7 @@ import math
 import torch
 import torch.nn.functional as F
 
+from .masks import causal_mask  # noqa: F401 (re-exported: posenc.alibi.causal_mask)
 from ._validate import check_int, check_tensor
 
 
@@ -125,9 +126,3 @@ def alibi_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, slopes
         bias = bias.masked_fill(~causal_mask(q_len, k_len, device=q.device), float("-inf"))
     # [1, heads, q, k]: with a 3-D mask PyTorch's CPU dispatch would take the unfused math kernel.
     return F.scaled_dot_product_attention(q, k, v, attn_mask=bias[None], scale=scale)
-
-
-def causal_mask(q_len: int, k_len: int, *, device=None) -> torch.Tensor:
-    """Boolean ``[q_len, k_len]``, True where query i (at position i + k_len - q_len) may see key j."""
-    query_pos = torch.arange(k_len - q_len, k_len, device=device)
-    return torch.arange(k_len, device=device)[None, :] <= query_pos[:, None]

@@ -8,24 +8,31 @@
 - ``"rope"``: queries and keys are rotated (``posenc.rope``);
 - ``"t5"``: a learned bucketed bias is added to the scores (``posenc.relative``);
 - ``"alibi"``: a linear distance penalty is added to the scores (``posenc.alibi``).
+
+Beyond the method, a layer may attend within a sliding ``window`` or ``chunk`` (``posenc.masks``), scale
+its queries with a position-dependent ``temperature`` (``posenc.temperature``), learn per-head ``sinks``
+(``posenc.sinks``) and use its own ``softmax_scale``: the facts a ``posenc.plan.LayerSpec`` holds, so that
+``MultiHeadAttention.from_spec`` builds any layer of Llama 4, Gemma 3, Cohere 2, gpt-oss or SmolLM3.
 """
 
 from __future__ import annotations
-
-import math
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from ._float32 import Float32Buffers
-from ._validate import check_choice, check_int, check_integer_positions, check_tensor
+from ._validate import check_choice, check_int, check_integer_positions, check_positive_float, check_tensor
 from . import alibi
+from .cache import KVCache, LayerCache, RollingLayerCache  # noqa: F401 (re-exported)
+from .masks import layer_mask
+from .plan import ATTENTION_POSITIONS, LayerSpec, Rope, Temperature
 from .relative import T5RelativeBias, t5_relative_bucket
-from .rope import RotaryEmbedding
+from .rope import RotaryEmbedding, apply_rope, rope_cos_sin
+from .sinks import sink_attention  # noqa: F401 (re-exported)
+from .temperature import attention_temperature
 
 POSITION_METHODS = ("none", "sinusoidal", "learned", "t5", "rope", "alibi")  # TransformerLM's choices
-ATTENTION_POSITIONS = ("none", "t5", "rope", "alibi")  # what happens inside attention
 ABSOLUTE_METHODS = ("sinusoidal", "learned")  # added to the embeddings, nothing inside attention
 
 
@@ -66,42 +73,6 @@ def relative_distances(query_positions: torch.Tensor, key_positions: torch.Tenso
     return key_positions[:, None, :] - query_positions[:, :, None]
 
 
-class LayerCache:
-    """Keys and values of one attention layer seen so far, each ``[batch, heads, length, head_dim]``, and
-    their ``positions`` (``[batch or 1, length]``) when they were added with explicit positions."""
-
-    def __init__(self):
-        self.k: torch.Tensor | None = None
-        self.v: torch.Tensor | None = None
-        self.positions: torch.Tensor | None = None
-
-    @property
-    def length(self) -> int:
-        return 0 if self.k is None else self.k.shape[2]
-
-    def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Add new keys/values along the sequence axis; return all of them."""
-        if self.k is None:
-            self.k, self.v = k, v
-        else:
-            self.k, self.v = torch.cat((self.k, k), dim=2), torch.cat((self.v, v), dim=2)
-        return self.k, self.v
-
-
-class KVCache:
-    """A ``LayerCache`` per layer; ``length`` is the number of positions already processed."""
-
-    def __init__(self, n_layers: int):
-        self.layers = [LayerCache() for _ in range(check_int("n_layers", n_layers))]
-
-    @property
-    def length(self) -> int:
-        return self.layers[0].length
-
-    def __getitem__(self, layer: int) -> LayerCache:
-        return self.layers[layer]
-
-
 class MultiHeadAttention(Float32Buffers):
     """Multi-head self-attention with a pluggable position method.
 
@@ -116,29 +87,44 @@ class MultiHeadAttention(Float32Buffers):
         t5_num_buckets, t5_max_distance: ``T5RelativeBias`` settings when position="t5".
         t5_bias: an existing ``T5RelativeBias`` to share (T5 shares one across layers).
         alibi_slopes: optional ``[n_heads]`` slopes when position="alibi".
+        window: sliding-window attention: each query sees itself and the ``window - 1`` tokens before it.
+        chunk: chunked local attention: queries see only earlier keys in their own block of ``chunk`` tokens.
+        temperature: a ``posenc.plan.Temperature``: queries are multiplied by
+            ``attention_temperature(position)`` (Llama 4's NoPE layers).
+        sinks: learn one sink logit per head (``self.sinks``, ``[n_heads]``, zeros at init; gpt-oss).
+        softmax_scale: the score scale, default ``head_dim ** -0.5``.
 
-    ``forward(x[batch, seq, dim], *, cache=None, need_weights=False, position_bias=None, positions=None)
-    -> [batch, seq, dim]`` (and the ``[batch, heads, seq, k_len]`` attention weights when ``need_weights``).
-    With a ``LayerCache`` the new tokens are the positions after those already cached, and their keys and
-    values are appended. ``positions`` (whole numbers >= 0, ``[seq]`` or ``[batch, seq]``) gives the new
-    tokens explicit positions instead (randomized positions, say): RoPE rotates by them, ALiBi and T5 use
-    ``key_pos - query_pos``, ``"none"`` ignores them; a cache then remembers its keys' positions.
+    ``MultiHeadAttention.from_spec(dim, n_heads, spec)`` builds the layer a ``LayerSpec`` describes, and
+    ``layer.spec`` gives it back.
+
+    ``forward(x[batch, seq, dim], *, cache=None, need_weights=False, position_bias=None, positions=None,
+    rope_cos_sin=None) -> [batch, seq, dim]`` (and the ``[batch, heads, seq, k_len]`` attention weights when
+    ``need_weights``). With a ``LayerCache`` the new tokens are the positions after those already cached, and
+    their keys and values are appended; with a ``RollingLayerCache`` old tokens are evicted first and the
+    new tokens take the next positions *within the cache* (StreamingLLM), the kept RoPE keys re-rotated.
+    ``positions`` (whole numbers >= 0, ``[seq]`` or ``[batch, seq]``) gives the new tokens explicit
+    positions instead (randomized positions, say): RoPE rotates by them, ALiBi and T5 use
+    ``key_pos - query_pos``, the temperature reads them, ``"none"`` ignores them; a cache then remembers its
+    keys' positions. ``rope_cos_sin=(cos, sin)`` (``[seq, rotary_dim]`` or ``[batch, seq, rotary_dim]``, as
+    ``rope_cos_sin`` or ``mrope_cos_sin`` make them) rotates by given tables instead (M-RoPE).
     ``position_bias`` (``[heads, seq, k_len]``, from ``attention_bias``) is the additive mask computed once
-    by the caller and shared by the layers, as T5 does; without it each layer computes its own.
+    by the caller and shared by the layers, as T5 does; without it each layer computes its own. Masks
+    (causal, window, chunk) follow the order of the tokens, whatever their positions.
 
-    Kernels: without a score bias, PyTorch's fused causal kernel (``is_causal``, no mask built); ALiBi goes
-    through ``alibi.alibi_attention``; a materialised bias (T5, or ALiBi with a cache) is passed to
-    ``scaled_dot_product_attention`` as a 4-D ``[1, heads, q, k]`` mask, the shape its fused CPU kernel
-    accepts (a 3-D mask falls back to the unfused math kernel). The ALiBi ``slopes`` buffer stays float32
-    when the module is cast to half precision.
+    Kernels: with no score bias, window, chunk or sinks, PyTorch's fused causal kernel (``is_causal``, no
+    mask built); ALiBi goes through ``alibi.alibi_attention``; otherwise the whole mask is passed to
+    ``scaled_dot_product_attention`` as a 4-D ``[1, heads, q, k]`` float mask, the shape its fused CPU kernel
+    accepts (a 3-D mask falls back to the unfused math kernel); sinks through ``sink_attention``. The ALiBi
+    ``slopes`` buffer stays float32 when the module is cast to half precision.
     """
 
     float32_buffers = ("slopes",)
 
     def __init__(self, dim: int, n_heads: int, *, position: str = "none", causal: bool = True,
-                 rope_base: float = 10000.0, rope_scaling: dict | None = None, rope_interleaved: bool = False,
+                 rope_base: float | None = 10000.0, rope_scaling: dict | None = None, rope_interleaved: bool = False,
                  t5_num_buckets: int = 32, t5_max_distance: int = 128, t5_bias: T5RelativeBias | None = None,
-                 alibi_slopes: torch.Tensor | None = None):
+                 alibi_slopes: torch.Tensor | None = None, window: int | None = None, chunk: int | None = None,
+                 temperature: Temperature | None = None, sinks: bool = False, softmax_scale: float | None = None):
         super().__init__()
         dim, n_heads = check_int("dim", dim), check_int("n_heads", n_heads)
         if dim % n_heads:
@@ -150,11 +136,21 @@ class MultiHeadAttention(Float32Buffers):
                              f"for the attention layers of such a model")
         self.position = check_choice("position", position, ATTENTION_POSITIONS)
         self.dim, self.n_heads, self.head_dim, self.causal = dim, n_heads, dim // n_heads, bool(causal)
+        # Validated by LayerSpec (window/chunk exclusive, positive ints, a Temperature, a positive scale).
+        self._spec_fields = LayerSpec(position, window=window, chunk=chunk, temperature=temperature,
+                                      softmax_scale=softmax_scale,
+                                      **({"rope": Rope(rope_base, rope_scaling, rope_interleaved)}
+                                         if position == "rope" else {}))
+        if (window is not None or chunk is not None) and not causal:
+            raise ValueError("window and chunk need causal=True (they restrict a decoder's view of the past)")
+        self.window, self.chunk, self.temperature = window, chunk, temperature
+        self.softmax_scale = None if softmax_scale is None else check_positive_float("softmax_scale", softmax_scale)
         self.qkv = nn.Linear(dim, 3 * dim)
         self.out = nn.Linear(dim, dim)
+        self.sinks = nn.Parameter(torch.zeros(n_heads)) if sinks else None
         if position == "rope":
-            self.rotary = RotaryEmbedding(self.head_dim, base=rope_base, scaling=rope_scaling,
-                                          interleaved=rope_interleaved)
+            self.rotary = RotaryEmbedding(self.head_dim, base=_rope_base(rope_base, rope_scaling),
+                                          scaling=rope_scaling, interleaved=rope_interleaved)
         elif position == "t5":
             self.t5_bias = t5_bias if t5_bias is not None else T5RelativeBias(
                 n_heads, bidirectional=not causal, num_buckets=t5_num_buckets, max_distance=t5_max_distance)
@@ -164,22 +160,43 @@ class MultiHeadAttention(Float32Buffers):
                 raise ValueError(f"alibi_slopes must have shape [{n_heads}], got {tuple(slopes.shape)}")
             self.register_buffer("slopes", slopes.float(), persistent=False)
 
+    @classmethod
+    def from_spec(cls, dim: int, n_heads: int, spec: LayerSpec, *, causal: bool = True,
+                  t5_bias: T5RelativeBias | None = None) -> "MultiHeadAttention":
+        """The attention layer a ``posenc.plan.LayerSpec`` describes."""
+        if not isinstance(spec, LayerSpec):
+            raise TypeError(f"spec must be a posenc.plan.LayerSpec, got {type(spec).__name__}")
+        rope = {}
+        if spec.rope is not None:
+            rope = dict(rope_base=spec.rope.base, rope_scaling=spec.rope.scaling, rope_interleaved=spec.rope.interleaved)
+        return cls(dim, n_heads, position=spec.position, causal=causal, t5_bias=t5_bias, window=spec.window,
+                   chunk=spec.chunk, temperature=spec.temperature, sinks=spec.sinks, softmax_scale=spec.softmax_scale,
+                   **rope)
+
+    @property
+    def spec(self) -> LayerSpec:
+        """This layer as a ``LayerSpec``."""
+        fields = {name: getattr(self._spec_fields, name) for name in ("position", "rope", "window", "chunk",
+                                                                     "temperature", "softmax_scale")}
+        return LayerSpec(**fields, sinks=self.sinks is not None)
+
     def attention_bias(self, q_len: int, k_len: int, *, device=None, query_positions: torch.Tensor | None = None,
                        key_positions: torch.Tensor | None = None) -> torch.Tensor | None:
-        """The whole additive mask: ``score_bias`` plus ``-inf`` above the causal diagonal, or None.
+        """The whole additive mask: ``score_bias`` plus ``-inf`` where the layer's mask (causal, window or
+        chunk) hides a key, or None.
 
-        Shape ``[heads, q_len, k_len]`` (``[q_len, k_len]`` for a causal layer with no score bias); with
+        Shape ``[heads, q_len, k_len]`` (``[q_len, k_len]`` for a layer with no score bias); with
         explicit ``query_positions`` ``[b, q_len]`` and ``key_positions`` ``[b, k_len]`` (b may be 1, see
-        ``checked_positions``), ``[b, heads, q_len, k_len]``. The causal mask follows the order of the
+        ``checked_positions``), ``[b, heads, q_len, k_len]``. The mask follows the order of the
         tokens, whatever their positions. A model whose layers share one bias (T5) calls this once and
         passes the result as ``position_bias``.
         """
         bias = self.score_bias(q_len, k_len, query_positions=query_positions, key_positions=key_positions)
-        if not self.causal:
+        visible = layer_mask(q_len, k_len, causal=self.causal, window=self.window, chunk=self.chunk, device=device)
+        if visible is None:
             return bias
-        hidden = ~alibi.causal_mask(q_len, k_len, device=device)
         bias = torch.zeros(q_len, k_len, device=device) if bias is None else bias
-        return bias.masked_fill(hidden, float("-inf"))
+        return bias.masked_fill(~visible, float("-inf"))
 
     def score_bias(self, q_len: int, k_len: int, *, query_positions: torch.Tensor | None = None,
                    key_positions: torch.Tensor | None = None) -> torch.Tensor | None:
@@ -205,66 +222,109 @@ class MultiHeadAttention(Float32Buffers):
         return None
 
     def forward(self, x: torch.Tensor, *, cache: LayerCache | None = None, need_weights: bool = False,
-                position_bias: torch.Tensor | None = None, positions: torch.Tensor | None = None):
+                position_bias: torch.Tensor | None = None, positions: torch.Tensor | None = None,
+                rope_cos_sin: tuple[torch.Tensor, torch.Tensor] | None = None):
         check_tensor("x", x, min_dim=3)
         if x.dim() != 3 or x.shape[-1] != self.dim:
             raise ValueError(f"x must be [batch, seq, {self.dim}], got {tuple(x.shape)}")
         if cache is not None and not self.causal:
             raise ValueError("a KV cache needs causal=True: earlier outputs cannot change as tokens arrive")
+        if isinstance(cache, RollingLayerCache) and positions is not None:
+            raise ValueError("a RollingLayerCache assigns positions within the cache: do not pass positions")
+        if rope_cos_sin is not None and self.position != "rope":
+            raise ValueError(f"rope_cos_sin is for position='rope' layers, this one has position={self.position!r}")
         batch, seq, _ = x.shape
         q, k, v = self.qkv(x).view(batch, seq, 3, self.n_heads, self.head_dim).permute(2, 0, 3, 1, 4)
-        if positions is not None or (cache is not None and cache.positions is not None):
-            return self._forward_at_positions(q, k, v, cache, need_weights, position_bias, positions)
-        offset = 0 if cache is None else cache.length
+        if cache is not None:  # a rolling cache evicts here, re-rotating the RoPE keys it keeps
+            cache.make_room(seq, self._shift_keys if self.position == "rope" else None)
+        explicit = positions is not None or (cache is not None and cache.positions is not None)
+        if explicit:
+            if positions is None:
+                raise ValueError("this cache holds keys added with explicit positions: pass positions for the new "
+                                 "tokens too")
+            positions = checked_positions(positions, batch, seq, device=x.device)
+        past = 0 if cache is None else cache.length
         if self.position == "rope":
-            q, k = self.rotary(q, k, offset=offset)
+            q, k = self._rotate(q, k, past, positions, rope_cos_sin)
+        if self.temperature is not None:
+            query_positions = positions if explicit else torch.arange(past, past + seq, device=x.device)[None]
+            factor = attention_temperature(query_positions, floor_scale=self.temperature.floor_scale,
+                                           scale=self.temperature.scale)  # [batch or 1, seq]
+            q = (q * factor[:, None, :, None]).to(q.dtype)
+        key_positions = None
+        if explicit:
+            key_positions = positions if cache is None else joined_positions(cache.positions, cache.length, positions)
         if cache is not None:
             k, v = cache.append(k, v)
-        k_len = k.shape[2]
+            if explicit:
+                cache.positions = key_positions
+        y, weights = self._attention(q, k, v, need_weights, position_bias, positions, key_positions)
+        y = self.out(y.transpose(1, 2).reshape(batch, seq, self.dim))
+        return (y, weights) if need_weights else y
 
-        if self.position == "alibi" and self.causal and not need_weights:
-            y = alibi.alibi_attention(q, k, v, slopes=self.slopes, causal=True)
-            weights = None
-        elif self.causal and seq == k_len and not need_weights and self.position != "t5":
+    def _rotate(self, q, k, past, positions, tables):
+        """q, k rotated by given tables, explicit positions, or positions ``past ..``."""
+        if tables is not None:
+            cos, sin = tables
+            if cos.dim() == 3:  # [batch, seq, rotary_dim] -> broadcast over heads
+                cos, sin = cos[:, None], sin[:, None]
+            interleaved = self.rotary.interleaved
+            return apply_rope(q, cos, sin, interleaved=interleaved), apply_rope(k, cos, sin, interleaved=interleaved)
+        if positions is not None:
+            return self.rotary(q, k, positions=positions)
+        return self.rotary(q, k, offset=past)
+
+    def _shift_keys(self, k: torch.Tensor, shift: int) -> torch.Tensor:
+        """Keys rotated by ``shift`` more positions (negative: back), for a rolling cache. Rotations compose."""
+        cos, sin = rope_cos_sin(torch.tensor([shift], device=k.device), self.rotary.inv_freq,
+                                interleaved=self.rotary.interleaved)
+        return apply_rope(k, cos, sin, interleaved=self.rotary.interleaved)
+
+    def _attention(self, q, k, v, need_weights, position_bias, positions, key_positions):
+        """Pick the kernel: fused causal, ALiBi's folded form, or a full additive mask (+ sinks)."""
+        q_len, k_len = q.shape[2], k.shape[2]
+        plain = (self.causal and self.window is None and self.chunk is None and self.sinks is None
+                 and positions is None and position_bias is None and not need_weights)
+        if plain and self.position == "alibi" and self.softmax_scale is None:
+            return alibi.alibi_attention(q, k, v, slopes=self.slopes, causal=True), None
+        if plain and self.position in ("none", "rope") and q_len == k_len:
             # no score bias and no cache: PyTorch's fused causal kernel, no [seq, seq] mask built
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-            weights = None
-        else:
-            bias = self.attention_bias(seq, k_len, device=x.device) if position_bias is None else position_bias
-            y, weights = self._attend(q, k, v, bias, need_weights)
-        y = self.out(y.transpose(1, 2).reshape(batch, seq, self.dim))
-        return (y, weights) if need_weights else y
-
-    def _forward_at_positions(self, q, k, v, cache, need_weights, position_bias, positions):
-        """``forward`` with explicit positions (``[seq]`` or ``[batch, seq]``), or with a cache that holds them."""
-        batch, _, seq, _ = q.shape
-        if positions is None:
-            raise ValueError("this cache holds keys added with explicit positions: pass positions for the new "
-                             "tokens too")
-        positions = checked_positions(positions, batch, seq, device=q.device)
-        if self.position == "rope":
-            q, k = self.rotary(q, k, positions=positions)
-        key_positions = positions
-        if cache is not None:
-            key_positions = joined_positions(cache.positions, cache.length, positions)
-            k, v = cache.append(k, v)
-            cache.positions = key_positions
-        bias = position_bias
-        if bias is None:
-            bias = self.attention_bias(seq, k.shape[2], device=q.device, query_positions=positions,
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.softmax_scale), None
+        if position_bias is None:
+            bias = self.attention_bias(q_len, k_len, device=q.device, query_positions=positions,
                                        key_positions=key_positions)
-        y, weights = self._attend(q, k, v, bias, need_weights)
-        y = self.out(y.transpose(1, 2).reshape(batch, seq, self.dim))
-        return (y, weights) if need_weights else y
+        else:
+            bias = position_bias
+            visible = layer_mask(q_len, k_len, causal=False, window=self.window, chunk=self.chunk, device=q.device) \
+                if (self.window or self.chunk) else None
+            if visible is not None:
+                bias = bias.masked_fill(~visible, float("-inf"))
+        if self.sinks is not None:
+            mask = None if bias is None else _four_dimensional(bias.to(q.dtype))
+            return _pair(sink_attention(q, k, v, self.sinks, mask=mask, scale=self.softmax_scale,
+                                        need_weights=need_weights))
+        return self._attend(q, k, v, bias, need_weights)
 
     def _attend(self, q, k, v, bias, need_weights):
-        """softmax(q k^T / sqrt(head_dim) + bias) v, and the weights when ``need_weights``."""
+        """softmax(q k^T * scale + bias) v, and the weights when ``need_weights``."""
+        scale = self.head_dim ** -0.5 if self.softmax_scale is None else self.softmax_scale
         if need_weights:
-            scores = q @ k.transpose(-2, -1) / math.sqrt(self.head_dim)
+            scores = q @ k.transpose(-2, -1) * scale
             weights = (scores if bias is None else scores + bias.to(scores.dtype)).softmax(dim=-1)
             return weights @ v, weights
         mask = None if bias is None else _four_dimensional(bias.to(q.dtype))
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask), None
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale), None
 
     def extra_repr(self) -> str:
-        return f"dim={self.dim}, n_heads={self.n_heads}, position={self.position!r}, causal={self.causal}"
+        return f"dim={self.dim}, n_heads={self.n_heads}, {self.spec.describe()}, causal={self.causal}"
+
+
+def _pair(result):
+    return result if isinstance(result, tuple) else (result, None)
+
+
+def _rope_base(base: float | None, scaling: dict | None) -> float:
+    """The base RotaryEmbedding gets: ``base``, else the scaling's ``rope_theta`` (HF v5), else 10000."""
+    if base is not None:
+        return base
+    return float((scaling or {}).get("rope_theta", 10000.0))

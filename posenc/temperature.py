@@ -1,0 +1,34 @@
+"""Length-dependent query temperature: sharpen attention as the context grows.
+
+Softmax over n keys flattens as n grows: with scores of a fixed spread, the largest weight falls like 1/n
+and the entropy of the weights grows like log n. Scalable-Softmax (Nakanishi 2025) multiplies the logits by
+a factor that grows with log n; Llama 4 applies a stepwise version of it to the queries of its NoPE layers:
+
+    q  <-  q * (1 + scale * ln(1 + floor((p + 1) / floor_scale)))          (p: the query's position)
+
+so the factor is exactly 1 for the first ``floor_scale - 1`` positions and rises by ``scale * ln 2``,
+``scale * ln 3``, ... at each further multiple of ``floor_scale``. (Mistral's ``llama_4_scaling_beta`` uses
+the same rule.) Hugging Face's ``Llama4TextAttention`` (``attn_temperature_tuning``) computes the same
+numbers; the tests check.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ._validate import check_integer_positions, check_positive_float
+
+
+def attention_temperature(positions: torch.Tensor, *, floor_scale: float = 8192, scale: float = 0.1) -> torch.Tensor:
+    """Llama 4's query scale ``1 + scale * ln(1 + floor((p + 1) / floor_scale))``, float32 shaped like positions.
+
+    Args:
+        positions: whole-number positions >= 0, any shape (e.g. ``[seq]`` or ``[batch, seq]``).
+        floor_scale: positions per step of the staircase (Llama 4: 8192), > 0.
+        scale: the growth per step in log units (Llama 4: 0.1), > 0.
+    """
+    check_integer_positions("positions", positions)
+    floor_scale = check_positive_float("floor_scale", floor_scale)
+    scale = check_positive_float("scale", scale)
+    steps = torch.floor((positions.to(torch.float32) + 1.0) / floor_scale)
+    return torch.log1p(steps) * scale + 1.0
