@@ -3,6 +3,10 @@
 ``TransformerLM(vocab_size, dim, n_layers, n_heads, position=...)`` with ``position`` in
 ``"none" | "sinusoidal" | "learned" | "t5" | "rope" | "alibi"``. Everything else is held fixed, so
 experiments that swap the position method compare like with like.
+
+``TransformerLM(..., plan=plan)`` gives each layer its own ``posenc.plan.LayerSpec`` instead (position
+method, RoPE settings, window or chunk, temperature, sinks): the per-layer mixes of Llama 4, Gemma 3,
+Cohere 2, gpt-oss and SmolLM3 (``posenc.plan.family_plan``).
 """
 
 from __future__ import annotations
@@ -15,16 +19,18 @@ from ._validate import check_int, check_positive_float, check_tensor
 from .absolute import LearnedEncoding, SinusoidalEncoding
 from .attention import (ABSOLUTE_METHODS, POSITION_METHODS, KVCache, MultiHeadAttention, checked_positions,
                         joined_positions)
+from .cache import RollingLayerCache
+from .plan import LayerSpec, Rope, _checked_plan, describe_plan
 from .relative import T5RelativeBias
 
 
 class Block(nn.Module):
     """Pre-LN transformer block: ``x + attn(ln(x))`` then ``x + mlp(ln(x))``."""
 
-    def __init__(self, dim: int, n_heads: int, mlp_ratio: int, **attention_options):
+    def __init__(self, dim: int, n_heads: int, mlp_ratio: int, attention: MultiHeadAttention):
         super().__init__()
         self.ln_attn, self.ln_mlp = nn.LayerNorm(dim), nn.LayerNorm(dim)
-        self.attn = MultiHeadAttention(dim, n_heads, **attention_options)
+        self.attn = attention
         self.mlp = nn.Sequential(nn.Linear(dim, mlp_ratio * dim), nn.GELU(), nn.Linear(mlp_ratio * dim, dim))
 
     def forward(self, x: torch.Tensor, cache=None, position_bias=None, positions=None) -> torch.Tensor:
@@ -51,6 +57,10 @@ class TransformerLM(nn.Module):
             (chapter 3 shows a full-size table swamping small embeddings). Use 1.0 for the raw table.
         causal: ``True`` (default) for a language model; ``False`` lets every token see every other one
             (an encoder that outputs one prediction per token); the KV cache and ``generate`` need causal.
+        plan: optional list of ``n_layers`` ``posenc.plan.LayerSpec``, one per layer (see ``posenc.plan``);
+            ``position`` must then be ``"none"``, ``"sinusoidal"`` or ``"learned"`` (what is added to the
+            embeddings), and the rope_* / t5_* options are unused (the specs hold them). The T5 layers of a
+            plan share one bias table. ``model.plan`` is the plan of any model (uniform when none is given).
 
     ``check_token_range`` (default True) checks every token id against ``vocab_size`` with a clear error; on
     a GPU that check waits for the device each step, so set it to False in a tuned training loop.
@@ -71,7 +81,7 @@ class TransformerLM(nn.Module):
                  max_len: int | None = None, mlp_ratio: int = 4, rope_base: float = 10000.0,
                  rope_scaling: dict | None = None, rope_interleaved: bool = False, t5_num_buckets: int = 32,
                  t5_max_distance: int = 128, sinusoidal_base: float = 10000.0,
-                 sinusoidal_scale: float = 0.02 * 2 ** 0.5, causal: bool = True):
+                 sinusoidal_scale: float = 0.02 * 2 ** 0.5, causal: bool = True, plan: list[LayerSpec] | None = None):
         super().__init__()
         self.vocab_size = check_int("vocab_size", vocab_size)
         self.n_layers = check_int("n_layers", n_layers)
@@ -88,13 +98,34 @@ class TransformerLM(nn.Module):
             if max_len is None:
                 raise ValueError("max_len is required for position='learned' (the size of its table)")
             self.absolute = LearnedEncoding(max_len, dim)
-        inside = "none" if position in ABSOLUTE_METHODS else position  # absolute: added to the embeddings
-        attention_options = dict(position=inside, causal=self.causal, rope_base=rope_base,
-                                 rope_scaling=rope_scaling, rope_interleaved=rope_interleaved)
-        if position == "t5":
-            attention_options["t5_bias"] = T5RelativeBias(n_heads, bidirectional=not self.causal,
-                                                          num_buckets=t5_num_buckets, max_distance=t5_max_distance)
-        self.blocks = nn.ModuleList(Block(dim, n_heads, mlp_ratio, **attention_options) for _ in range(n_layers))
+        if plan is None:
+            inside = "none" if position in ABSOLUTE_METHODS else position  # absolute: added to the embeddings
+            rope = Rope(rope_base, rope_scaling, rope_interleaved) if inside == "rope" else None
+            plan = [LayerSpec(inside, rope=rope)] * n_layers
+            self.t5_layers_share = position == "t5"
+        else:
+            if position not in ("none",) + ABSOLUTE_METHODS:
+                raise ValueError(f"with a plan, position says what is added to the embeddings: 'none', 'sinusoidal' "
+                                 f"or 'learned', got {position!r} (put attention methods in the plan's LayerSpecs)")
+            plan = _checked_plan(plan)
+            if len(plan) != n_layers:
+                raise ValueError(f"plan has {len(plan)} LayerSpecs, n_layers={n_layers}")
+            for i, spec in enumerate(plan):
+                for name in ("window", "chunk"):
+                    size = getattr(spec, name)
+                    if size is not None and max_len is not None and size > max_len:
+                        raise ValueError(f"plan[{i}].{name}={size} is larger than max_len={max_len}")
+            # one bias computed once per pass serves every layer only if they are the same T5 layer
+            self.t5_layers_share = plan[0].position == "t5" and all(spec == plan[0] for spec in plan)
+        self.plan = list(plan)
+        t5_bias = None
+        if any(spec.position == "t5" for spec in plan):
+            t5_bias = T5RelativeBias(n_heads, bidirectional=not self.causal, num_buckets=t5_num_buckets,
+                                     max_distance=t5_max_distance)
+        self.blocks = nn.ModuleList(
+            Block(dim, n_heads, mlp_ratio, MultiHeadAttention.from_spec(
+                dim, n_heads, spec, causal=self.causal, t5_bias=t5_bias if spec.position == "t5" else None))
+            for spec in plan)
         self.ln_final = nn.LayerNorm(dim)
         self.head = nn.Linear(dim, vocab_size, bias=False)
         self.head.weight = self.token_embedding.weight  # tied input and output embeddings
@@ -107,11 +138,28 @@ class TransformerLM(nn.Module):
             if getattr(module, "bias", None) is not None:
                 nn.init.zeros_(module.bias)
 
-    def new_cache(self) -> KVCache:
-        """An empty KV cache for incremental decoding (causal models only)."""
+    def new_cache(self, *, sink_tokens: int | None = None, window: int | None = None) -> KVCache:
+        """An empty KV cache for incremental decoding (causal models only).
+
+        With ``sink_tokens`` and ``window``, a rolling cache (StreamingLLM): every layer keeps the first
+        ``sink_tokens`` tokens and the last ``window``, and positions are assigned within the cache.
+        """
         if not self.causal:
             raise ValueError("new_cache needs causal=True: a bidirectional model has no incremental decoding")
-        return KVCache(self.n_layers)
+        if window is not None and self.position == "learned" and sink_tokens + window > self.max_len:
+            raise ValueError(f"sink_tokens + window = {sink_tokens + window} exceeds the learned table's "
+                             f"max_len={self.max_len}")
+        return KVCache(self.n_layers, sink_tokens=sink_tokens, window=window)
+
+    @staticmethod
+    def _first_new_position(cache: KVCache | None, seq: int) -> int:
+        """Position of the first new token: the cache's length, after a rolling cache makes room for ``seq``."""
+        if cache is None:
+            return 0
+        layer = cache[0]
+        if isinstance(layer, RollingLayerCache):
+            return min(layer.length, max(layer.capacity - seq, 0))
+        return layer.length
 
     def forward(self, tokens: torch.Tensor, *, cache: KVCache | None = None,
                 positions: torch.Tensor | None = None) -> torch.Tensor:
@@ -123,13 +171,13 @@ class TransformerLM(nn.Module):
                              f"max {int(tokens.max())}")
         if positions is not None or (cache is not None and cache[0].positions is not None):
             return self._forward_at_positions(tokens, cache, positions)
-        offset = 0 if cache is None else cache.length
+        offset = self._first_new_position(cache, tokens.shape[1])
         x = self.token_embedding(tokens)
         if self.absolute is not None:
             x = self.absolute(x, offset=offset)
         # T5 shares one bias across layers: compute it (causal mask folded in) once per forward pass.
         shared_bias = None
-        if self.position == "t5":
+        if self.t5_layers_share:
             seq = tokens.shape[1]
             shared_bias = self.blocks[0].attn.attention_bias(seq, offset + seq, device=tokens.device)
         for i, block in enumerate(self.blocks):
@@ -147,7 +195,7 @@ class TransformerLM(nn.Module):
         if self.absolute is not None:
             x = x + self._absolute_rows(positions).to(x.dtype)
         shared_bias = None
-        if self.position == "t5":
+        if self.t5_layers_share:
             key_positions = positions if cache is None else joined_positions(cache[0].positions, cache.length,
                                                                                positions)
             shared_bias = self.blocks[0].attn.attention_bias(seq, key_positions.shape[1], device=tokens.device,
@@ -209,6 +257,10 @@ class TransformerLM(nn.Module):
             logits = self(next_token, cache=cache)[:, -1]
         result = torch.cat(out, dim=1)
         return result[0] if squeeze else result
+
+    def describe_plan(self) -> str:
+        """One line per layer (``posenc.plan.describe_plan``)."""
+        return describe_plan(self.plan)
 
     def extra_repr(self) -> str:
         return f"position={self.position!r}, causal={self.causal}"

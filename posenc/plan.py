@@ -105,8 +105,9 @@ class LayerSpec:
         """One line, e.g. ``rope(base=10000, linear x8) window=32``."""
         text = self.position
         if self.rope is not None:
-            parts = [] if self.rope.base is None else [f"base={self.rope.base:g}"]
             scaling = self.rope.scaling or {}
+            base = self.rope.base if self.rope.base is not None else scaling.get("rope_theta")
+            parts = [] if base is None else [f"base={base:g}"]
             rope_type = scaling.get("rope_type", scaling.get("type", "default"))
             if rope_type != "default":
                 parts.append(f"{rope_type} x{scaling['factor']:g}" if "factor" in scaling else rope_type)
