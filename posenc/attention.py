@@ -276,7 +276,7 @@ class MultiHeadAttention(Float32Buffers):
 
     def _shift_keys(self, k: torch.Tensor, shift: int) -> torch.Tensor:
         """Keys rotated by ``shift`` more positions (negative: back), for a rolling cache. Rotations compose."""
-        cos, sin = rope_cos_sin(torch.tensor([shift], device=k.device), self.rotary.inv_freq,
+        cos, sin = rope_cos_sin(torch.full((k.shape[2],), shift, device=k.device), self.rotary.inv_freq,
                                 interleaved=self.rotary.interleaved)
         return apply_rope(k, cos, sin, interleaved=self.rotary.interleaved)
 
