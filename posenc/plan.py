@@ -6,10 +6,36 @@ Since 2024 the models people use mix methods by layer. A plan is a list with one
 prints one line per layer (``describe_plan``) and round-trips through JSON (``plan_to_dict`` /
 ``plan_from_dict``), which is how the experiment records store it.
 
-    local  = LayerSpec("rope", rope=Rope(base=1e4), window=32)          # a sliding-window RoPE layer
-    nope   = LayerSpec("none", temperature=Temperature(floor_scale=32))  # a global NoPE layer
-    plan   = repeat_pattern({"L": local, "G": nope}, "LLLG", n_layers=8)  # Cohere 2's shape
-    plan   = family_plan("gemma3", n_layers=12)                          # the shipped patterns, toy-sized
+One example per family, written out (``family_plan`` returns the same lists; the tests check):
+
+    from posenc import LayerSpec, Rope, Temperature, every_nth, repeat_pattern
+    w = 32  # toy window; the shipped models use 512 to 8192
+
+    # Llama 4 (iRoPE): chunked RoPE layers, every 4th layer global NoPE with a query temperature
+    scout = {"rope_type": "llama3", "factor": 16.0, "low_freq_factor": 1.0, "high_freq_factor": 1.0,
+             "original_max_position_embeddings": 128}
+    llama4 = every_nth(LayerSpec("none", temperature=Temperature(floor_scale=w, scale=0.1)), 4,
+                       otherwise=LayerSpec("rope", rope=Rope(5e5, scout, interleaved=True), chunk=w), n_layers=8)
+    # Gemma 3: 5 sliding-window layers at base 1e4, then 1 global layer at base 1e6 with linear factor 8
+    gemma3 = repeat_pattern({"L": LayerSpec("rope", rope=Rope(1e4), window=w),
+                             "G": LayerSpec("rope", rope=Rope(1e6, {"rope_type": "linear", "factor": 8.0}))},
+                            "LLLLLG", n_layers=12)
+    # Cohere 2 (Command R7B / A): 3 sliding-window RoPE layers, then 1 global NoPE layer
+    cohere2 = repeat_pattern({"L": LayerSpec("rope", rope=Rope(5e4, interleaved=True), window=w),
+                              "G": LayerSpec("none")}, "LLLG", n_layers=8)
+    # gpt-oss: sliding and full layers alternating, all RoPE with YaRN, learned sinks everywhere
+    yarn = Rope(1.5e5, {"rope_type": "yarn", "factor": 32.0, "original_max_position_embeddings": 128,
+                        "beta_fast": 32.0, "beta_slow": 1.0, "truncate": False})
+    gpt_oss = repeat_pattern({"S": LayerSpec("rope", rope=yarn, window=w, sinks=True),
+                              "F": LayerSpec("rope", rope=yarn, sinks=True)}, "SF", n_layers=8)
+    # SmolLM3: RoPE at base 2e6, every 4th layer NoPE
+    smollm3 = every_nth(LayerSpec("none"), 4, otherwise=LayerSpec("rope", rope=Rope(2e6)), n_layers=8)
+
+    model = TransformerLM(256, 96, 12, 4, position="none", plan=gemma3)
+    print(model.describe_plan())  # one line per layer
+
+DeepSeek's YaRN temperature in the softmax scale is a ``softmax_scale``:
+``LayerSpec("rope", rope=Rope(scaling=yarn), softmax_scale=yarn_softmax_scale(head_dim, yarn))``.
 
 ``family_plan`` reproduces the layer patterns of Llama 4, Gemma 3, Cohere 2 (Command R7B / A), gpt-oss
 and SmolLM3 with their shipped RoPE bases and scaling, at toy lengths: every sliding window, attention
@@ -67,7 +93,7 @@ class LayerSpec:
         temperature: a ``Temperature`` that scales the queries with their position, or None.
         sinks: learn one sink logit per head (gpt-oss).
         softmax_scale: the score scale, default ``head_dim ** -0.5`` (Gemma 3's ``query_pre_attn_scalar``
-            and DeepSeek's YaRN ``mscale`` change it).
+            and DeepSeek's YaRN ``mscale`` change it: ``posenc.mla.yarn_softmax_scale``).
     """
 
     position: str = "rope"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import textwrap
 
 import pytest
 import torch
@@ -218,3 +219,31 @@ def test_rolling_cache_refuses_explicit_positions_and_oversized_chunks():
     with pytest.raises(ValueError, match="window=4"):
         layer(torch.zeros(1, 5, 16), cache=RollingLayerCache(1, 4))
     assert isinstance(LayerCache(), LayerCache)
+
+
+def test_every_public_name_is_on_the_api_page():
+    from pathlib import Path
+    import inspect
+    page = (Path(__file__).resolve().parents[1] / "book" / "api.md").read_text()
+    documented = set()
+    for module in [line.split("::")[1].strip() for line in page.splitlines() if "automodule::" in line]:
+        documented.add(module)
+    missing = []
+    for name in posenc.__all__:
+        obj = getattr(posenc, name)
+        home = getattr(obj, "__module__", None) if (inspect.isfunction(obj) or inspect.isclass(obj)) else None
+        if home is not None and home not in documented:
+            missing.append(f"{name} ({home})")
+    assert not missing, f"public names whose module is not on book/api.md: {missing}"
+
+
+def test_the_documented_examples_are_the_family_presets():
+    import posenc.plan as plan_module
+    doc = plan_module.__doc__
+    start = doc.rindex("\n", 0, doc.index("from posenc import")) + 1
+    code = textwrap.dedent(doc[start:doc.index("    model = TransformerLM")])
+    namespace = {}
+    exec(code, namespace)
+    for family, name, n_layers in [("llama4", "llama4", 8), ("gemma3", "gemma3", 12), ("cohere2", "cohere2", 8),
+                                   ("gpt-oss", "gpt_oss", 8), ("smollm3", "smollm3", 8)]:
+        assert namespace[name] == family_plan(family, n_layers), family
