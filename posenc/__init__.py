@@ -7,10 +7,19 @@ from .absolute import (LearnedEncoding, SinusoidalEncoding, resize_position_tabl
                        sinusoidal_encoding_2d)
 from .alibi import alibi_attention, alibi_bias, alibi_slopes, causal_mask
 from . import data
-from .attention import ATTENTION_POSITIONS, POSITION_METHODS, KVCache, LayerCache, MultiHeadAttention
+from .attention import ATTENTION_POSITIONS, POSITION_METHODS, MultiHeadAttention
+from .cache import KVCache, LayerCache, RollingLayerCache
+from .hf_config import plan_from_hf_config
+from .masks import chunked_mask, sliding_window_mask
+from .mla import LatentCache, MultiHeadLatentAttention, absorbed_scores, yarn_softmax_scale
 from .model import TransformerLM
+from .plan import (PLAN_FAMILIES, LayerSpec, Rope, Temperature, describe_plan, every_nth, family_plan, plan_from_dict,
+                   plan_to_dict, repeat_pattern)
 from .relative import T5RelativeBias, t5_relative_bucket
-from .rope import ROPE_TYPES, RotaryEmbedding, apply_rope, rope_cos_sin, rope_frequencies
+from .rope import (ROPE_TYPES, RotaryEmbedding, apply_rope, axial_positions, axial_rope_cos_sin, mrope_cos_sin,
+                   mrope_positions, rope_cos_sin, rope_frequencies, rope_parameters_for)
+from .sinks import sink_attention
+from .temperature import attention_temperature
 
 __version__ = "0.1.0"
 
@@ -21,4 +30,10 @@ __all__ = [
     "alibi_slopes", "alibi_bias", "alibi_attention", "causal_mask",
     "t5_relative_bucket", "T5RelativeBias",
     "MultiHeadAttention", "KVCache", "LayerCache", "POSITION_METHODS", "ATTENTION_POSITIONS", "TransformerLM",
+    # 2026's models
+    "rope_parameters_for", "mrope_positions", "mrope_cos_sin", "axial_positions", "axial_rope_cos_sin",
+    "LayerSpec", "Rope", "Temperature", "repeat_pattern", "every_nth", "family_plan", "PLAN_FAMILIES",
+    "describe_plan", "plan_to_dict", "plan_from_dict", "plan_from_hf_config",
+    "sliding_window_mask", "chunked_mask", "RollingLayerCache", "attention_temperature", "sink_attention",
+    "MultiHeadLatentAttention", "LatentCache", "absorbed_scores", "yarn_softmax_scale",
 ]

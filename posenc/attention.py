@@ -121,7 +121,7 @@ class MultiHeadAttention(Float32Buffers):
     float32_buffers = ("slopes",)
 
     def __init__(self, dim: int, n_heads: int, *, position: str = "none", causal: bool = True,
-                 rope_base: float | None = 10000.0, rope_scaling: dict | None = None, rope_interleaved: bool = False,
+                 rope_base: float | None = None, rope_scaling: dict | None = None, rope_interleaved: bool = False,
                  t5_num_buckets: int = 32, t5_max_distance: int = 128, t5_bias: T5RelativeBias | None = None,
                  alibi_slopes: torch.Tensor | None = None, window: int | None = None, chunk: int | None = None,
                  temperature: Temperature | None = None, sinks: bool = False, softmax_scale: float | None = None):
@@ -149,8 +149,8 @@ class MultiHeadAttention(Float32Buffers):
         self.out = nn.Linear(dim, dim)
         self.sinks = nn.Parameter(torch.zeros(n_heads)) if sinks else None
         if position == "rope":
-            self.rotary = RotaryEmbedding(self.head_dim, base=_rope_base(rope_base, rope_scaling),
-                                          scaling=rope_scaling, interleaved=rope_interleaved)
+            self.rotary = RotaryEmbedding(self.head_dim, base=rope_base, scaling=rope_scaling,
+                                          interleaved=rope_interleaved)
         elif position == "t5":
             self.t5_bias = t5_bias if t5_bias is not None else T5RelativeBias(
                 n_heads, bidirectional=not causal, num_buckets=t5_num_buckets, max_distance=t5_max_distance)
@@ -276,7 +276,9 @@ class MultiHeadAttention(Float32Buffers):
 
     def _shift_keys(self, k: torch.Tensor, shift: int) -> torch.Tensor:
         """Keys rotated by ``shift`` more positions (negative: back), for a rolling cache. Rotations compose."""
-        cos, sin = rope_cos_sin(torch.full((k.shape[2],), shift, device=k.device), self.rotary.inv_freq,
+        # (LongRoPE's long factors apply once the kept keys reach the original length, as in a fresh pass)
+        inv_freq = self.rotary.frequencies_for(torch.arange(k.shape[2], device=k.device))
+        cos, sin = rope_cos_sin(torch.full((k.shape[2],), shift, device=k.device), inv_freq,
                                 interleaved=self.rotary.interleaved)
         return apply_rope(k, cos, sin, interleaved=self.rotary.interleaved)
 
@@ -321,10 +323,3 @@ class MultiHeadAttention(Float32Buffers):
 
 def _pair(result):
     return result if isinstance(result, tuple) else (result, None)
-
-
-def _rope_base(base: float | None, scaling: dict | None) -> float:
-    """The base RotaryEmbedding gets: ``base``, else the scaling's ``rope_theta`` (HF v5), else 10000."""
-    if base is not None:
-        return base
-    return float((scaling or {}).get("rope_theta", 10000.0))

@@ -37,7 +37,8 @@ import posenc
     # unknown method or rope_type
     (lambda: posenc.TransformerLM(10, 8, 1, 2, position="xpos"), ValueError, "position must be one of"),
     (lambda: posenc.MultiHeadAttention(8, 2, position="Rope"), ValueError, "position must be one of"),
-    (lambda: posenc.rope_frequencies(8, scaling={"rope_type": "longrope"}), ValueError, "rope_type"),
+    (lambda: posenc.rope_frequencies(8, scaling={"rope_type": "su"}), ValueError,
+     r"scaling\['rope_type'\] must be one of"),
     (lambda: posenc.rope_frequencies(8, scaling={"factor": 2.0}), ValueError, "must contain 'rope_type'"),
     # missing or wrong scaling keys
     (lambda: posenc.rope_frequencies(8, scaling={"rope_type": "linear"}), ValueError, r"missing \['factor'\]"),
@@ -46,6 +47,9 @@ import posenc
     (lambda: posenc.rope_frequencies(8, scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
                                                  "original_max_position_embeddings": 8192}),
      ValueError, "high_freq_factor"),
+    (lambda: posenc.rope_frequencies(8, scaling={"rope_type": "longrope"}), ValueError, r"missing \['short_factor'"),
+    (lambda: posenc.rope_frequencies(8, scaling={"rope_type": "default", "partial_rotary_factor": 2.0}), ValueError,
+     "partial_rotary_factor"),
     (lambda: posenc.rope_frequencies(8, scaling={"rope_type": "linear", "factor": 2.0, "fator": 3}), ValueError,
      "unknown keys"),
     (lambda: posenc.rope_frequencies(8, scaling={"rope_type": "linear", "factor": 0.5}), ValueError, "factor"),

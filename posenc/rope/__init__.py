@@ -15,14 +15,17 @@ The scaling dicts follow Hugging Face's ``rope_scaling`` / ``rope_parameters`` f
 Face has (``linear``, ``dynamic``, ``yarn``, ``llama3``) the numbers equal
 ``transformers.modeling_rope_utils.ROPE_INIT_FUNCTIONS`` for the same settings (the tests check).
 ``ntk`` is posenc's own *static* NTK-aware base change (HF has no such type: its ``dynamic`` type applies
-the same base change, grown with the sequence length). ``longrope`` and ``partial_rotary_factor`` are not
-supported yet.
+the same base change, grown with the sequence length). ``longrope`` (Phi-3), ``proportional`` (Gemma 4) and
+``partial_rotary_factor`` (with any type) equal Hugging Face too; ``rope_theta`` may sit inside the dict (HF v5's
+``rope_parameters``), and ``rope_parameters_for`` picks one layer type's dict out of v5's nested form.
 """
 
 
 from .kernels import apply_rope, compile_apply_rope, rope_cos_sin, rope_formula, rotate_pairs
+from .multimodal import axial_positions, axial_rope_cos_sin, mrope_cos_sin, mrope_pair_axes, mrope_positions
 from .rotary import RotaryEmbedding
-from .scaling import ROPE_TYPES, default_inv_freq, rope_frequencies
+from .scaling import ROPE_TYPES, default_inv_freq, rope_frequencies, rope_parameters_for
 
-__all__ = ["ROPE_TYPES", "default_inv_freq", "rope_frequencies", "rope_cos_sin", "apply_rope", "rope_formula",
-           "rotate_pairs", "compile_apply_rope", "RotaryEmbedding"]
+__all__ = ["ROPE_TYPES", "default_inv_freq", "rope_frequencies", "rope_parameters_for", "rope_cos_sin", "apply_rope",
+           "rope_formula", "rotate_pairs", "compile_apply_rope", "RotaryEmbedding", "mrope_positions", "mrope_cos_sin",
+           "mrope_pair_axes", "axial_positions", "axial_rope_cos_sin"]
