@@ -2,7 +2,8 @@
 
 ``plan_from_hf_config(config)`` returns one ``posenc.plan.LayerSpec`` per layer from the config's
 ``layer_types``, ``rope_parameters`` (flat, or nested per layer type as in transformers v5),
-``sliding_window``, ``attention_chunk_size``, ``no_rope_layers`` and the family-specific switches:
+``sliding_window``, ``attention_chunk_size``, ``no_rope_layers`` and the family-specific switches. A
+transformers 4.x ``config.json`` (``rope_scaling`` beside a top-level ``rope_theta``) reads the same:
 
 | family (``model_type``) | what the config says | posenc |
 |---|---|---|
@@ -31,6 +32,16 @@ def _get(config, name, default=None):
     return config.get(name, default) if isinstance(config, dict) else getattr(config, name, default)
 
 
+def _legacy_rope_parameters(config) -> dict:
+    """transformers 4.x configs: ``rope_scaling`` (or None) beside a top-level ``rope_theta``."""
+    params = dict(_get(config, "rope_scaling") or {"rope_type": "default"})
+    if _get(config, "rope_theta") is not None:
+        params.setdefault("rope_theta", _get(config, "rope_theta"))
+    if _get(config, "partial_rotary_factor") is not None:
+        params.setdefault("partial_rotary_factor", _get(config, "partial_rotary_factor"))
+    return params
+
+
 def plan_from_hf_config(config) -> list[LayerSpec]:
     """One ``LayerSpec`` per layer of a Hugging Face config (object or dict), see the module docstring."""
     model_type = _get(config, "model_type", "")
@@ -39,7 +50,7 @@ def plan_from_hf_config(config) -> list[LayerSpec]:
         raise ValueError(f"config.num_hidden_layers must be a positive integer, got {n_layers!r}")
     layer_types = _get(config, "layer_types") or ["full_attention"] * n_layers
     no_rope_layers = _get(config, "no_rope_layers")  # llama4 and smollm3: 1 means the layer USES RoPE
-    rope_parameters = _get(config, "rope_parameters") or {"rope_type": "default"}
+    rope_parameters = _get(config, "rope_parameters") or _legacy_rope_parameters(config)
     head_dim = _get(config, "head_dim") or _get(config, "hidden_size") // _get(config, "num_attention_heads")
     pre_attn = _get(config, "query_pre_attn_scalar")
     softmax_scale = None if pre_attn is None or pre_attn == head_dim else float(pre_attn) ** -0.5

@@ -247,3 +247,18 @@ def test_the_documented_examples_are_the_family_presets():
     for family, name, n_layers in [("llama4", "llama4", 8), ("gemma3", "gemma3", 12), ("cohere2", "cohere2", 8),
                                    ("gpt-oss", "gpt_oss", 8), ("smollm3", "smollm3", 8)]:
         assert namespace[name] == family_plan(family, n_layers), family
+
+
+def test_plan_from_a_v4_config_json_equals_the_v5_form():
+    from posenc.hf_config import plan_from_hf_config
+    v4 = {"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
+          "rope_theta": 500000.0, "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                                   "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}}
+    v5 = {"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
+          "rope_parameters": {**v4["rope_scaling"], "rope_theta": 500000.0}}
+    assert plan_from_hf_config(v4) == plan_from_hf_config(v5) == [
+        LayerSpec("rope", rope=Rope(scaling=v5["rope_parameters"]))] * 2
+    layer = MultiHeadAttention.from_spec(64, 4, plan_from_hf_config(v4)[0])
+    assert layer.rotary.base == 500000.0
+    with pytest.raises(ValueError, match="num_hidden_layers"):
+        plan_from_hf_config({"model_type": "llama"})
