@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import platform
+import os
 import sysconfig
 from pathlib import Path
 
@@ -25,8 +26,13 @@ VOCAB_SIZE = 256  # byte-level tokens
 
 
 def stdlib_files() -> list[Path]:
-    """The standard library's top-level ``.py`` files, sorted by name (tests and idle excluded)."""
-    root = Path(sysconfig.get_paths()["stdlib"])
+    """The standard library's top-level ``.py`` files, sorted by name (tests and idle excluded).
+
+    The folder is this Python's standard library, or ``$POSENC_STDLIB`` when set: a copy of another
+    version's sources gives the same corpus under any Python (the GPU runs read Python 3.11's, as the
+    committed CPU results do).
+    """
+    root = Path(os.environ.get("POSENC_STDLIB") or sysconfig.get_paths()["stdlib"])
     return sorted(p for p in root.glob("*.py") if not p.name.startswith(("test", "idle")))
 
 

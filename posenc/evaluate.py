@@ -8,6 +8,9 @@ The book's studies (chapters 7, 10 and 12) score every model with the same tools
 - ``truncated_token_losses``: the same windows, but each token is predicted from at most ``context``
   earlier tokens (sliding-window evaluation). It is the baseline every "uses context beyond L" claim
   must beat: a model that reads only its last L tokens.
+- ``streaming_token_losses``: the same windows decoded one token at a time through a rolling KV cache
+  (StreamingLLM: the first ``sink_tokens`` tokens and the last ``window``, positions within the cache);
+- ``first_token_attention``: how much attention each layer puts on the first token (attention sinks);
 - the passkey probe lives beside them in ``posenc.passkey``.
 
 Windows are ``length + 1`` consecutive tokens (inputs and their next-token targets); every window starts
@@ -188,3 +191,54 @@ def position_curve(losses: torch.Tensor, bin_size: int = 1) -> list[float]:
     if bins < 1:
         raise ValueError(f"bin_size={bin_size} is longer than the {losses.shape[1]} positions")
     return losses[:, :bins * bin_size].double().mean(dim=0).view(bins, bin_size).mean(dim=1).tolist()
+
+
+@torch.no_grad()
+def streaming_token_losses(model: torch.nn.Module, data: torch.Tensor, length: int, *, sink_tokens: int,
+                           window: int, n_windows: int | None = None, span: int | None = None) -> torch.Tensor:
+    """``token_losses`` on the same windows, decoded one token at a time through a rolling KV cache.
+
+    The model (a causal ``TransformerLM``) keeps the first ``sink_tokens`` tokens and the last ``window``
+    of every window in its cache (``model.new_cache(sink_tokens=..., window=...)``) and never sees a
+    position beyond ``sink_tokens + window - 1``; ``sink_tokens=0`` is plain eviction of the oldest
+    tokens. All windows are decoded together as one batch.
+
+    Returns:
+        float32 ``[windows, length]``, aligned with ``token_losses(model, data, length, ...)``.
+    """
+    data, length = _check_data(data), check_int("length", length)
+    starts = window_starts(data.numel(), length, n_windows, span=span)
+    device = next(model.parameters()).device
+    windows = _windows(data, starts, length).to(device)
+    model.eval()
+    cache = model.new_cache(sink_tokens=sink_tokens, window=window)
+    losses = []
+    for t in range(length):
+        logits = model(windows[:, t:t + 1], cache=cache)[:, 0].float()
+        losses.append(F.cross_entropy(logits, windows[:, t + 1], reduction="none"))
+    return torch.stack(losses, dim=1).cpu()
+
+
+@torch.no_grad()
+def first_token_attention(model: torch.nn.Module, tokens: torch.Tensor, *, skip: int = 16) -> list[float]:
+    """Mean attention weight on the first token, layer by layer, over heads and queries ``skip ..``.
+
+    ``tokens`` is ``[batch, seq]``; the model is a ``TransformerLM``. Queries before ``skip`` are left
+    out: the first few have so few keys that any weight on token 0 is large. For comparison, a query at
+    index i that spread its attention evenly would give the first token ``1 / (i + 1)``.
+    """
+    check_tensor("tokens", tokens, min_dim=2)
+    seq = tokens.shape[1]
+    if not 0 <= skip < seq:
+        raise ValueError(f"skip must be in [0, seq={seq}), got {skip}")
+    device = next(model.parameters()).device
+    model.eval()
+    shares = []
+    x = model.token_embedding(tokens.to(device))
+    if model.absolute is not None:
+        x = model.absolute(x)
+    for block in model.blocks:
+        _, weights = block.attn(block.ln_attn(x), need_weights=True)  # [batch, heads, seq, seq]
+        shares.append(float(weights[:, :, skip:, 0].mean()))
+        x = block(x)
+    return shares

@@ -33,8 +33,12 @@ class Block(nn.Module):
         self.attn = attention
         self.mlp = nn.Sequential(nn.Linear(dim, mlp_ratio * dim), nn.GELU(), nn.Linear(mlp_ratio * dim, dim))
 
-    def forward(self, x: torch.Tensor, cache=None, position_bias=None, positions=None) -> torch.Tensor:
-        x = x + self.attn(self.ln_attn(x), cache=cache, position_bias=position_bias, positions=positions)
+    def forward(self, x: torch.Tensor, cache=None, position_bias=None, positions=None,
+                rope_cos_sin=None) -> torch.Tensor:
+        if self.attn.position != "rope":
+            rope_cos_sin = None  # tables are for the RoPE layers of a plan; the others ignore them
+        x = x + self.attn(self.ln_attn(x), cache=cache, position_bias=position_bias, positions=positions,
+                          rope_cos_sin=rope_cos_sin)
         return x + self.mlp(self.ln_mlp(x))
 
 
@@ -75,6 +79,11 @@ class TransformerLM(nn.Module):
     differences ``key_pos - query_pos``, ``"none"`` ignores them. With a cache, ``positions`` are those of
     the new tokens; once a cache holds explicit positions, every later call must pass them. Causal masking
     follows the order of the tokens. ``positions=None`` is the default ``offset .. offset+seq-1``.
+
+    Positions that are not a line (image patches, M-RoPE's three axes): ``rope_cos_sin=(cos, sin)``
+    (``[seq, rotary_dim]`` or ``[batch, seq, rotary_dim]``, e.g. from ``axial_rope_cos_sin`` or
+    ``mrope_cos_sin``) rotates every RoPE layer by those tables, and ``position_embeddings``
+    (``[batch or 1, seq, dim]``, e.g. a learned 2D table) is added to the token embeddings.
     """
 
     def __init__(self, vocab_size: int, dim: int, n_layers: int, n_heads: int, *, position: str,
@@ -161,8 +170,9 @@ class TransformerLM(nn.Module):
             return min(layer.length, max(layer.capacity - seq, 0))
         return layer.length
 
-    def forward(self, tokens: torch.Tensor, *, cache: KVCache | None = None,
-                positions: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(self, tokens: torch.Tensor, *, cache: KVCache | None = None, positions: torch.Tensor | None = None,
+                rope_cos_sin: tuple[torch.Tensor, torch.Tensor] | None = None,
+                position_embeddings: torch.Tensor | None = None) -> torch.Tensor:
         check_tensor("tokens", tokens, min_dim=2)
         if tokens.dim() != 2 or tokens.is_floating_point():
             raise ValueError(f"tokens must be an integer tensor [batch, seq], got {tokens.dtype} {tuple(tokens.shape)}")
@@ -170,18 +180,26 @@ class TransformerLM(nn.Module):
             raise ValueError(f"token ids must be in [0, {self.vocab_size}), got min {int(tokens.min())}, "
                              f"max {int(tokens.max())}")
         if positions is not None or (cache is not None and cache[0].positions is not None):
+            if rope_cos_sin is not None or position_embeddings is not None:
+                raise ValueError("pass positions, or rope_cos_sin / position_embeddings, not both")
             return self._forward_at_positions(tokens, cache, positions)
         offset = self._first_new_position(cache, tokens.shape[1])
         x = self.token_embedding(tokens)
         if self.absolute is not None:
             x = self.absolute(x, offset=offset)
+        if position_embeddings is not None:
+            check_tensor("position_embeddings", position_embeddings, min_dim=2)
+            if position_embeddings.shape[-2:] != x.shape[-2:]:
+                raise ValueError(f"position_embeddings must end in [seq, dim] = {list(x.shape[-2:])}, "
+                                 f"got {tuple(position_embeddings.shape)}")
+            x = x + position_embeddings.to(x.dtype)
         # T5 shares one bias across layers: compute it (causal mask folded in) once per forward pass.
         shared_bias = None
         if self.t5_layers_share:
             seq = tokens.shape[1]
             shared_bias = self.blocks[0].attn.attention_bias(seq, offset + seq, device=tokens.device)
         for i, block in enumerate(self.blocks):
-            x = block(x, None if cache is None else cache[i], shared_bias)
+            x = block(x, None if cache is None else cache[i], shared_bias, rope_cos_sin=rope_cos_sin)
         return self.head(self.ln_final(x))
 
     def _forward_at_positions(self, tokens: torch.Tensor, cache: KVCache | None, positions) -> torch.Tensor:

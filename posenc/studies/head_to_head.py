@@ -19,6 +19,7 @@ import torch
 
 from .. import data
 from ..attention import POSITION_METHODS
+from ..plan import LayerSpec, Rope, Temperature, every_nth, repeat_pattern
 from ..train import TrainConfig, train_model
 from ..stats import t_interval
 from .common import (make_model, over_seeds, paired_seed_interval, passkey, rank, save_checkpoint, score_lengths,
@@ -53,11 +54,39 @@ PRESETS = {
 VARIANTS = {"sinusoidal, table x5": ("sinusoidal", {"sinusoidal_scale": 5 * 0.02 * 2 ** 0.5})}
 PRESETS["table-scale"] = dict(PRESETS["full"], methods=list(VARIANTS), lr_grid=[3e-3], lr_extend=0)
 
+# The ``hybrid`` preset: the per-layer patterns of 2025-26 models (posenc.plan) beside pure RoPE, NoPE and
+# ALiBi in the same model, at 4 layers so that a 3 local : 1 global pattern fits. Every RoPE layer keeps
+# base 1e4, as the pure RoPE model has, so that only the pattern differs; the Gemma 3 row changes the
+# global layer's base, which is what that pattern is about. Windows and chunks are ``window`` tokens.
+def hybrid_plans(config: dict) -> dict:
+    """``{name: plan}`` of the hybrid preset for ``config`` (its ``layers`` and ``window``)."""
+    layers, window = config["layers"], config.get("window", config["train_len"] // 4)
+    local, nope = LayerSpec("rope", window=window), LayerSpec("none")
+    temperature = Temperature(floor_scale=window, scale=0.1)
+    return {
+        "local RoPE + global NoPE": repeat_pattern({"L": local, "G": nope}, "LLLG", layers),  # Cohere 2
+        "chunked RoPE + NoPE with temperature": every_nth(  # Llama 4
+            LayerSpec("none", temperature=temperature), 4, otherwise=LayerSpec("rope", chunk=window), n_layers=layers),
+        "local RoPE + global RoPE base 1e6": repeat_pattern(  # Gemma 3
+            {"L": local, "G": LayerSpec("rope", rope=Rope(1e6))}, "LLLG", layers),
+        "RoPE + NoPE every 4th": every_nth(nope, 4, otherwise=LayerSpec("rope"), n_layers=layers),  # SmolLM3
+        "local and full RoPE with sinks": repeat_pattern(  # gpt-oss
+            {"S": LayerSpec("rope", window=window, sinks=True), "F": LayerSpec("rope", sinks=True)}, "SF", layers),
+        "local RoPE only": [local] * layers,  # the control: no layer sees beyond the window
+    }
+
+
+HYBRIDS = tuple(hybrid_plans({"layers": 4, "window": 32, "train_len": 128}))
+PRESETS["hybrid"] = dict(PRESETS["full"], layers=4, window=32, methods=["rope", "none", "alibi", *HYBRIDS],
+                         lr_grid=[3e-3, 6e-3, 1.2e-2])
+
 ROPE_EXTENSIONS = ("YaRN", "dynamic NTK")
 
 
 def build(method: str, config: dict, train_len: int, **options):
-    """The study's model for ``method``: a position method or one of ``VARIANTS``."""
+    """The study's model for ``method``: a position method, one of ``VARIANTS``, or a hybrid plan."""
+    if method in HYBRIDS:
+        return make_model("none", config, data.VOCAB_SIZE, train_len, plan=hybrid_plans(config)[method], **options)
     base, extra = VARIANTS.get(method, (method, {}))
     return make_model(base, config, data.VOCAB_SIZE, train_len, **extra, **options)
 

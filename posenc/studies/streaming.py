@@ -1,0 +1,108 @@
+"""The streaming study: attention sinks, StreamingLLM's rolling cache, and learned sinks (gpt-oss).
+
+Three models are trained at length L with the same batches per seed: RoPE, RoPE with a learned sink
+logit per head in every layer (gpt-oss's sinks), and ALiBi. Each is then measured two ways.
+
+- **Where attention goes.** ``first_token_attention``: the mean weight each layer puts on the first
+  token of windows of length L (an attention sink is a first token that takes far more than its share).
+- **A stream many times L.** Windows of ``stream_factor * L`` tokens are scored four ways, every token
+  predicted once:
+  ``dense`` (the model reads the whole stream at once; RoPE is then far outside its training lengths),
+  ``recomputed`` (each token re-reads its last L tokens from scratch: sliding-window attention with
+  re-computation, the expensive reference), ``rolling, sinks`` (a KV cache keeping the first
+  ``sink_tokens`` tokens and the last ``L - sink_tokens``, positions assigned within the cache, as
+  StreamingLLM does) and ``rolling, no sinks`` (the same cache keeping only the last L tokens: plain
+  eviction). The per-position loss curves are kept too.
+
+Learning rate: chapter 10's head-to-head study chose 6e-3 for RoPE and ALiBi at this size; all three
+models use it.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import torch
+
+from .. import data, evaluate
+from ..plan import LayerSpec
+from ..train import TrainConfig, train_model
+from .common import _rounded_summary, make_model, rank, rounded, training_batches
+
+METHODS = ("rope", "rope with learned sinks", "alibi")
+READINGS = ("dense", "recomputed", "rolling, sinks", "rolling, no sinks")
+
+_COMMON = dict(methods=list(METHODS), decay="linear", weight_decay=0.01, passkey_rate=0.0, max_bytes=4_000_000,
+               sink_tokens=4, lr=6e-3)
+PRESETS = {
+    "tiny": dict(_COMMON, dim=32, layers=2, heads=2, train_len=32, steps=6, batch=4, warmup=2, seeds=[0],
+                 methods=["rope", "rope with learned sinks"], max_bytes=400_000, stream_factor=2, streams=2,
+                 attention_windows=2, curve_bin=8),
+    "full": dict(_COMMON, dim=96, layers=3, heads=4, train_len=128, steps=2000, batch=16, warmup=100,
+                 seeds=[0, 1, 2, 3, 4], stream_factor=32, streams=16, attention_windows=64, curve_bin=128),
+}
+
+
+def build(method: str, config: dict):
+    """The study's ``TransformerLM`` for ``method`` (one of ``METHODS``)."""
+    if method == "rope with learned sinks":
+        plan = [LayerSpec("rope", sinks=True)] * config["layers"]
+        return make_model("none", config, data.VOCAB_SIZE, config["train_len"], plan=plan)
+    return make_model(method, config, data.VOCAB_SIZE, config["train_len"])
+
+
+def next_run(config: dict, runs: list[dict]) -> dict | None:
+    done = {(run["method"], run["seed"]) for run in runs}
+    for seed in config["seeds"]:
+        for method in config["methods"]:
+            if (method, seed) not in done:
+                return {"method": method, "seed": seed}
+    return None
+
+
+def stream_losses(model, validation: torch.Tensor, config: dict) -> dict[str, torch.Tensor]:
+    """``{reading: [streams, stream_len] losses}`` for the four readings of the module docstring."""
+    L, sinks = config["train_len"], config["sink_tokens"]
+    length = L * config["stream_factor"]
+    windows = dict(n_windows=config["streams"], span=length)
+    return {
+        "dense": evaluate.token_losses(model, validation, length, batch_size=4, **windows),
+        "recomputed": evaluate.truncated_token_losses(model, validation, length, L, stride=1, batch_size=64,
+                                                      **windows),
+        "rolling, sinks": evaluate.streaming_token_losses(model, validation, length, sink_tokens=sinks,
+                                                          window=L - sinks, **windows),
+        "rolling, no sinks": evaluate.streaming_token_losses(model, validation, length, sink_tokens=0, window=L,
+                                                             **windows),
+    }
+
+
+def run(config: dict, key: dict, checkpoint_dir: Path | None) -> dict:
+    method, seed = key["method"], key["seed"]
+    train_bytes, validation = data.stdlib_split(config["max_bytes"])
+    L = config["train_len"]
+    torch.manual_seed(seed)
+    model = build(method, config)
+    start = time.perf_counter()
+    history = train_model(
+        model, training_batches(train_bytes, config, config["batch"], L),
+        TrainConfig(steps=config["steps"], warmup=config["warmup"], lr=config["lr"], seed=seed,
+                    decay=config["decay"], weight_decay=config["weight_decay"],
+                    log_every=max(1, config["steps"] // 20)))
+    result = {"train_seconds": time.perf_counter() - start, "history": history,
+              "parameters": sum(p.numel() for p in model.parameters())}
+    if rank() != 0:
+        return result
+    starts = evaluate.window_starts(validation.numel(), L, config["attention_windows"])
+    tokens = validation[starts[:, None] + torch.arange(L)]
+    result["first_token_attention"] = rounded(evaluate.first_token_attention(model, tokens))
+    if method == "rope with learned sinks":
+        sinks = [block.attn.sinks.detach().cpu() for block in model.blocks]
+        result["sink_logits"] = [rounded(s.tolist(), 3) for s in sinks]
+    losses = stream_losses(model, validation, config)
+    result["stream"] = {
+        name: {"summary": _rounded_summary(value, dict(config, factors=[config["stream_factor"]])),
+               "curve": rounded(evaluate.position_curve(value, config["curve_bin"]))}
+        for name, value in losses.items()}
+    result["seconds"] = time.perf_counter() - start
+    return result
