@@ -117,18 +117,19 @@ def run_study(study: str, preset: str, out: Path, *, resume: bool = False, check
 
 
 def merge_records(records: list[dict]) -> dict:
-    """One record from parts of the same study run separately (``--seeds``, say, in two processes or on
-    two machines): the configurations must be equal except for ``seeds``, and no run may appear twice.
-    The runs are joined in seed order, ``seeds`` becomes the seeds that have runs, wall times are
-    added, and each part's command, environment and seeds are kept under ``"parts"``."""
+    """One record from parts of the same study run separately (``--seeds`` or ``--methods``, say, in
+    several processes or on several machines): the configurations must be equal except for ``seeds`` and
+    ``methods``, and no run may appear twice. The runs are joined in seed order, ``seeds`` becomes the
+    seeds that have runs and ``methods`` the methods (in the preset's order), wall times are added, and
+    each part's command, environment and seeds are kept under ``"parts"``."""
     if len(records) < 2:
         raise ValueError("merge needs at least two records")
     first = records[0]
     for other in records[1:]:
         if (other["study"], other["preset"]) != (first["study"], first["preset"]):
             raise ValueError("records come from different studies or presets")
-        if {k: v for k, v in other["config"].items() if k != "seeds"} != \
-                {k: v for k, v in first["config"].items() if k != "seeds"}:
+        if {k: v for k, v in other["config"].items() if k not in ("seeds", "methods")} != \
+                {k: v for k, v in first["config"].items() if k not in ("seeds", "methods")}:
             raise ValueError("records were written with different configurations")
         if other.get("corpus") != first.get("corpus"):
             raise ValueError("records were written from different corpora")
@@ -137,7 +138,13 @@ def merge_records(records: list[dict]) -> dict:
     if len(set(keys)) != len(keys):
         raise ValueError("records share runs (the same method, seed and learning rate)")
     seeds = sorted({run["seed"] for run in runs})
-    return {**first, "config": {**first["config"], "seeds": seeds}, "runs": runs,
+    config = {**first["config"], "seeds": seeds}
+    if "methods" in first["config"]:
+        present = {run["method"] for run in runs}
+        preset_order = PRESETS.get(first["study"], {}).get(first["preset"], {}).get("methods", [])
+        listed = [m for record in records for m in record["config"]["methods"]]
+        config["methods"] = [m for m in dict.fromkeys([*preset_order, *listed]) if m in present]
+    return {**first, "config": config, "runs": runs,
             "wall_seconds": sum(record["wall_seconds"] for record in records),
             "command": " + ".join(record["command"] for record in records),
             "parts": [{"command": record["command"], "environment": record["environment"],
