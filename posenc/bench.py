@@ -1,21 +1,36 @@
 """Benchmarks of posenc's hot paths against what a reader would otherwise write.
 
-    python -m posenc.bench                 # the issue's sizes (about a minute on a laptop CPU)
+    python -m posenc.bench                 # the issue's sizes (about two minutes on a 2-core CPU)
     python -m posenc.bench --size small    # quick look (seconds); --size tiny is for tests
     python -m posenc.bench --compile       # also time torch.compile'd RoPE (one-off compile reported)
     python -m posenc.bench --json out.json
 
-Three measurements, each as a ratio to a baseline timed in the same process, in interleaved rounds
-(median of the rounds), so that the ratios hold on any machine even where the absolute times do not:
+Every measurement is a ratio to a baseline timed in the same process, in interleaved rounds (median of
+the rounds), so that the ratios hold on any machine even where the absolute times do not; and every
+posenc result is compared with a float64 (or materialised) reference:
 
 - ``apply_rope`` on q of shape ``[1, heads, T, head_dim]``, both pairings, against copying q
   (``q.clone()``, the floor for any out-of-place op) and against the ``rotate_half`` formulation
-  (``q * cos + rotate_half(q) * sin``). Each result is also compared with a float64 reference.
+  (``q * cos + rotate_half(q) * sin``);
+- partial rotary (``rotary_dim`` = head_dim/4 and head_dim/2), against copying q and against
+  ``torch.cat((rope_formula(q[..., :r], cos, sin), q[..., r:]), -1)``;
 - causal ``alibi_attention`` at inference against ``scaled_dot_product_attention`` with no bias (the
   floor) and with a materialised ``[1, heads, T, T]`` ALiBi bias (the obvious alternative; a 4-D mask,
-  so that the fused kernel runs), plus the peak memory of each at T and 2T, measured in a fresh process.
+  so that the fused kernel runs), plus the peak memory of each at T and 2T, measured in a fresh process;
+- sliding-window attention (posenc's path: ``sliding_window_mask`` as an additive 4-D mask to
+  ``scaled_dot_product_attention``, what ``MultiHeadAttention(window=...)`` does) and causal attention with
+  learned sinks (``sink_attention``), each against full causal SDPA (the floor) and the eager formulation
+  (scores, ``masked_fill``, softmax; for sinks, the sink column concatenated before the softmax and
+  dropped after, as gpt-oss's reference code does);
 - one training step (forward, backward, AdamW) of chapter 10's ``TransformerLM`` for every position
   method, against the same model with no positions.
+
+Run as ``python -m posenc.bench`` on Linux, the process first pins glibc's mmap threshold
+(``pin_fresh_pages``): every allocation above 128 KiB then takes fresh pages from the kernel, whatever ran
+before. Without it, glibc raises the threshold after large frees, and whether a 16-64 MiB result costs
+page faults (about two thirds of ``q.clone()`` at the issue's size here: 17 ms against 6 ms) depends on the
+sizes freed earlier in the process; the copy baseline and the candidates would then be timed in different
+regimes from row to row.
 """
 
 from __future__ import annotations
@@ -33,18 +48,42 @@ import torch.nn.functional as F
 from . import experiments
 from .alibi import alibi_attention, alibi_bias, causal_mask
 from .attention import POSITION_METHODS
+from .masks import sliding_window_mask
 from .model import TransformerLM
 from .rope import apply_rope, compile_apply_rope, rope_cos_sin, rope_formula, rope_frequencies
+from .sinks import sink_attention
 
 SIZES = {
-    # rope: (heads, T, head_dim); alibi: (heads, T, head_dim); train: chapter 10's full preset
-    "tiny": dict(rope=(2, 16, 8), alibi=(2, 32, 8), train=dict(dim=32, layers=1, heads=2, seq=16, batch=2),
-                 rounds=3),
-    "small": dict(rope=(8, 1024, 64), alibi=(8, 512, 64), train=dict(dim=96, layers=3, heads=4, seq=128, batch=16),
-                  rounds=7),
-    "issue": dict(rope=(32, 4096, 128), alibi=(8, 2048, 64),
+    # rope: (heads, T, head_dim), also for partial rotary; alibi: (heads, T, head_dim), also for the
+    # sliding-window and sink rows, with window tokens (gpt-oss's 128); train: chapter 10's full preset
+    "tiny": dict(rope=(2, 16, 8), alibi=(2, 32, 8), window=8,
+                 train=dict(dim=32, layers=1, heads=2, seq=16, batch=2), rounds=3),
+    "small": dict(rope=(8, 1024, 64), alibi=(8, 512, 64), window=128,
+                  train=dict(dim=96, layers=3, heads=4, seq=128, batch=16), rounds=7),
+    "issue": dict(rope=(32, 4096, 128), alibi=(8, 2048, 64), window=128,
                   train=dict(dim=96, layers=3, heads=4, seq=128, batch=16), rounds=41),
 }
+
+_ALLOCATOR = {"pinned": False}
+
+
+def pin_fresh_pages(threshold: int = 128 * 1024) -> bool:
+    """Make every allocation above ``threshold`` bytes take fresh pages from the kernel (glibc's
+    ``mallopt(M_MMAP_THRESHOLD)``, which also stops glibc from moving the threshold), so that what an
+    allocation costs does not depend on what the process freed before. For the CLI: it lasts for the
+    rest of the process. Returns whether it applied (Linux with glibc only)."""
+    import ctypes
+    import ctypes.util
+
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        applied = bool(libc.mallopt(-3, threshold))  # M_MMAP_THRESHOLD is -3 in glibc's malloc.h
+    except (OSError, AttributeError):
+        return False
+    _ALLOCATOR["pinned"] = _ALLOCATOR["pinned"] or applied
+    return applied
 
 
 def timed_rounds(candidates: dict, rounds: int, warmup: int = 2) -> dict[str, float]:
@@ -107,6 +146,33 @@ def bench_rope(heads: int, seq: int, head_dim: int, rounds: int, compile_too: bo
                          f"[1, {heads}, {seq}, {head_dim}] fp32",
             "seconds": seconds, "baseline": "copy (q.clone())", "alternative": "rotate_half formula",
             "max_abs_error_vs_float64": errors, "compile_seconds": compile_seconds,
+        })
+    return rows
+
+
+def bench_partial_rope(heads: int, seq: int, head_dim: int, rounds: int) -> list[dict]:
+    """Half-split ``apply_rope`` rotating the first head_dim/4 and head_dim/2 features of q."""
+    torch.manual_seed(0)
+    q = torch.randn(1, heads, seq, head_dim)
+    rows = []
+    for rotary_dim in (head_dim // 4, head_dim // 2):
+        inv_freq, _ = rope_frequencies(rotary_dim)
+        cos, sin = rope_cos_sin(torch.arange(seq), inv_freq)
+        obvious = f"cat(rope_formula(q[..., :{rotary_dim}]), q[..., {rotary_dim}:])"
+        candidates = {
+            "copy (q.clone())": lambda: q.clone(),
+            obvious: lambda r=rotary_dim, cos=cos, sin=sin: torch.cat((rope_formula(q[..., :r], cos, sin),
+                                                                       q[..., r:]), dim=-1),
+            "posenc apply_rope": lambda cos=cos, sin=sin: apply_rope(q, cos, sin),
+        }
+        seconds = timed_rounds(candidates, rounds)
+        reference = torch.cat((_reference64(q[..., :rotary_dim], cos, sin, False), q[..., rotary_dim:].double()), -1)
+        rows.append({
+            "operation": f"apply_rope half-split, rotary_dim {rotary_dim} of {head_dim}, "
+                         f"[1, {heads}, {seq}, {head_dim}] fp32",
+            "seconds": seconds, "baseline": "copy (q.clone())", "alternative": obvious,
+            "max_abs_error_vs_float64": {"posenc apply_rope": (apply_rope(q, cos, sin).double()
+                                                               - reference).abs().max().item()},
         })
     return rows
 
@@ -175,6 +241,62 @@ def bench_alibi(heads: int, seq: int, head_dim: int, rounds: int, memory: bool) 
     return [row]
 
 
+def _eager_attention(q, k, v, visible: torch.Tensor, sinks: torch.Tensor | None = None) -> torch.Tensor:
+    """Attention as readers write it: scores, ``masked_fill`` where hidden, softmax, times v; with sinks,
+    a column of sink logits concatenated before the softmax and dropped after (gpt-oss)."""
+    scores = (q @ k.transpose(-2, -1) * q.shape[-1] ** -0.5).masked_fill(~visible, float("-inf"))
+    if sinks is None:
+        return scores.softmax(dim=-1) @ v
+    sink_column = sinks.to(scores.dtype)[None, :, None, None].expand(*scores.shape[:-1], 1)
+    return torch.cat((scores, sink_column), dim=-1).softmax(dim=-1)[..., :-1] @ v
+
+
+def _attention_row(operation: str, candidates: dict, posenc_name: str, reference: torch.Tensor,
+                   rounds: int) -> dict:
+    seconds = timed_rounds(candidates, rounds)
+    error = (candidates[posenc_name]().double() - reference).abs().max().item()
+    return {"operation": operation, "seconds": seconds, "baseline": "SDPA causal (full, no sinks)",
+            "alternative": next(name for name in candidates if name.startswith("eager")),
+            "max_abs_error_vs_float64": {posenc_name: error}}
+
+
+def bench_window_attention(heads: int, seq: int, head_dim: int, window: int, rounds: int) -> list[dict]:
+    """Causal attention within a sliding window of ``window`` tokens, at inference (masks built per call,
+    as ``MultiHeadAttention`` does on each forward)."""
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(1, heads, seq, head_dim) for _ in range(3))
+
+    def posenc_window():  # MultiHeadAttention(window=...)'s path: an additive 4-D mask, the fused kernel
+        hidden = ~sliding_window_mask(seq, seq, window)
+        mask = torch.zeros(seq, seq).masked_fill(hidden, float("-inf"))[None, None]
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+    candidates = {
+        "SDPA causal (full, no sinks)": lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True),
+        "eager scores + masked_fill + softmax": lambda: _eager_attention(q, k, v, sliding_window_mask(seq, seq,
+                                                                                                    window)),
+        "posenc window mask + SDPA": posenc_window,
+    }
+    reference = _eager_attention(q.double(), k.double(), v.double(), sliding_window_mask(seq, seq, window))
+    return [_attention_row(f"sliding-window attention (window {window}), {heads} heads, T={seq}, "
+                           f"head_dim {head_dim}, fp32", candidates, "posenc window mask + SDPA", reference, rounds)]
+
+
+def bench_sink_attention(heads: int, seq: int, head_dim: int, rounds: int) -> list[dict]:
+    """Causal attention with one learned sink logit per head (gpt-oss), at inference."""
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(1, heads, seq, head_dim) for _ in range(3))
+    sinks = torch.randn(heads)
+    candidates = {
+        "SDPA causal (full, no sinks)": lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True),
+        "eager scores + sink column + softmax + drop": lambda: _eager_attention(q, k, v, causal_mask(seq, seq), sinks),
+        "posenc sink_attention": lambda: sink_attention(q, k, v, sinks, mask=causal_mask(seq, seq)),
+    }
+    reference = _eager_attention(q.double(), k.double(), v.double(), causal_mask(seq, seq), sinks.double())
+    return [_attention_row(f"causal attention with learned sinks, {heads} heads, T={seq}, head_dim {head_dim}, "
+                           f"fp32", candidates, "posenc sink_attention", reference, rounds)]
+
+
 def bench_train_step(dim: int, layers: int, heads: int, seq: int, batch: int, rounds: int) -> list[dict]:
     generator = torch.Generator().manual_seed(0)
     tokens = torch.randint(0, 256, (batch, seq + 1), generator=generator)
@@ -199,7 +321,8 @@ def bench_train_step(dim: int, layers: int, heads: int, seq: int, batch: int, ro
 
 def environment() -> dict:
     """The experiments' record of versions and hardware, plus whether a C compiler was found."""
-    return {**experiments.environment(), "compiler": "available" if _has_compiler() else "none found"}
+    return {**experiments.environment(), "compiler": "available" if _has_compiler() else "none found",
+            "allocator": "fresh pages above 128 KiB (pinned)" if _ALLOCATOR["pinned"] else "as the process found it"}
 
 
 def _has_compiler() -> bool:
@@ -214,7 +337,10 @@ def run(size: str = "issue", *, compile_too: bool = False, memory: bool = True) 
         raise ValueError(f"size must be one of {sorted(SIZES)}, got {size!r}")
     config = SIZES[size]
     rows = bench_rope(*config["rope"], config["rounds"], compile_too)
+    rows += bench_partial_rope(*config["rope"], config["rounds"])
     rows += bench_alibi(*config["alibi"], config["rounds"], memory)
+    rows += bench_window_attention(*config["alibi"], config["window"], config["rounds"])
+    rows += bench_sink_attention(*config["alibi"], config["rounds"])
     rows += bench_train_step(**config["train"], rounds=max(3, config["rounds"]))
     return {"environment": environment(), "size": size, "rows": rows}
 
@@ -224,7 +350,8 @@ def format_table(result: dict) -> str:
     lines = []
     env = result["environment"]
     lines.append(f"posenc {env['posenc']}, torch {env['torch']}, Python {env['python']}, "
-                 f"{env['processor']}, {env['cpu_count']} CPUs, {env['torch_threads']} torch threads")
+                 f"{env['processor']}, {env['cpu_count']} CPUs, {env['torch_threads']} torch threads, "
+                 f"allocator: {env.get('allocator', 'as the process found it')}")
     for row in result["rows"]:
         lines.append("")
         lines.append(row["operation"])
@@ -235,7 +362,7 @@ def format_table(result: dict) -> str:
                 note = "baseline"
             elif row.get("alternative") and name != row["alternative"]:
                 note = f"{row['seconds'][row['alternative']] / seconds:.1f}x faster than the alternative"
-            lines.append(f"  {name:<34} {seconds * 1e3:9.2f} ms  x{seconds / base:5.2f}  {note}")
+            lines.append(f"  {name:<46} {seconds * 1e3:9.2f} ms  x{seconds / base:5.2f}  {note}")
         if row.get("compile_seconds") is not None:
             lines.append(f"  (one-off compilation: {row['compile_seconds']:.1f} s)")
         for name, error in row.get("max_abs_error_vs_float64", {}).items():
@@ -267,4 +394,5 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
+    pin_fresh_pages()
     main()

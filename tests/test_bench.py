@@ -1,8 +1,11 @@
 """``python -m posenc.bench`` runs end to end on tiny sizes and reports what it claims (not timed)."""
 
 import json
+import subprocess
+import sys
 
 import pytest
+import torch
 
 from posenc import bench
 
@@ -13,16 +16,56 @@ def test_bench_tiny_runs_and_reports_every_operation(tmp_path, capsys):
     printed = capsys.readouterr().out
     result = json.loads(out.read_text())
     operations = [row["operation"] for row in result["rows"]]
-    assert len(operations) == 4 and all(op in printed for op in operations)
-    rope_rows, alibi_row, train_row = result["rows"][:2], result["rows"][2], result["rows"][3]
+    assert len(operations) == 8 and all(op in printed for op in operations)
+    rope_rows, partial_rows = result["rows"][:2], result["rows"][2:4]
+    alibi_row, window_row, sink_row, train_row = result["rows"][4:]
     for row in rope_rows:
         assert set(row["seconds"]) == {"copy (q.clone())", "rotate_half formula", "posenc apply_rope"}
+    for row, rotary_dim in zip(partial_rows, (2, 4)):  # head_dim 8 at the tiny size: a quarter, a half
+        assert f"rotary_dim {rotary_dim} of 8" in row["operation"]
+        assert set(row["seconds"]) == {"copy (q.clone())", row["alternative"], "posenc apply_rope"}
+        assert row["alternative"] == f"cat(rope_formula(q[..., :{rotary_dim}]), q[..., {rotary_dim}:])"
+    for row in rope_rows + partial_rows:
         assert row["max_abs_error_vs_float64"]["posenc apply_rope"] < 1e-6
     assert alibi_row["max_abs_error_vs_materialised"] < 1e-5
     assert set(alibi_row["peak_memory_bytes"]) == {"32", "64"}
     assert all(value >= 0 for peaks in alibi_row["peak_memory_bytes"].values() for value in peaks.values())
+    for row, posenc_name in ((window_row, "posenc window mask + SDPA"), (sink_row, "posenc sink_attention")):
+        assert row["baseline"] == "SDPA causal (full, no sinks)" and row["alternative"].startswith("eager")
+        assert set(row["seconds"]) == {row["baseline"], row["alternative"], posenc_name}
+        assert row["max_abs_error_vs_float64"][posenc_name] < 1e-6
+    assert "window 8" in window_row["operation"]
     assert len(train_row["seconds"]) == 6 and all(s > 0 for s in train_row["seconds"].values())
     assert result["environment"]["torch_threads"] == 1
+
+
+def test_eager_formulations_the_bench_times_against_are_right():
+    # the alternatives are the reader's formulas; check them against values worked out by hand in float64
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 5, 4, dtype=torch.float64) for _ in range(3))
+    sinks = torch.tensor([0.5, -1.0], dtype=torch.float64)
+    visible = torch.ones(5, 5, dtype=torch.bool).tril() & ~torch.ones(5, 5, dtype=torch.bool).tril(-2)  # window 2
+    scores = q @ k.transpose(-2, -1) / 2.0  # head_dim 4
+    for head in range(2):
+        for i in range(5):
+            logits = [scores[0, head, i, j].item() for j in range(5) if visible[i, j]]
+            weights = torch.tensor(logits + [sinks[head].item()], dtype=torch.float64).softmax(0)[:-1]
+            keys = [j for j in range(5) if visible[i, j]]
+            want = sum(w * v[0, head, j] for w, j in zip(weights, keys))
+            got = bench._eager_attention(q, k, v, visible, sinks)[0, head, i]
+            torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
+    plain = bench._eager_attention(q, k, v, visible)
+    torch.testing.assert_close(plain, torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=visible),
+                               rtol=0, atol=1e-12)
+
+
+def test_pin_fresh_pages_runs_in_a_fresh_process():
+    # it lasts for the whole process, so try it in a child: applied on Linux, reported in the environment
+    code = ("from posenc import bench; applied = bench.pin_fresh_pages(); "
+            "print(applied, bench.environment()['allocator'])")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    if sys.platform.startswith("linux"):
+        assert done.stdout.strip() == "True fresh pages above 128 KiB (pinned)"
 
 
 def test_peak_memory_probe_sees_a_quadratic_bias():
