@@ -172,3 +172,82 @@ def run(config: dict, key: dict, checkpoint_dir: Path | None) -> dict:
     result["accuracy"] = {_size(size): accuracy(model, config, *size) for size in config["test_sizes"]}
     result["seconds"] = time.perf_counter() - start
     return result
+
+
+# ---- reading a record (chapter 16): intervals over seeds, paired differences, chance -----------------
+# Added after the committed results were produced; nothing above this line changed.
+
+from ..stats import t_interval  # noqa: E402
+from .common import over_seeds, paired_seed_interval  # noqa: E402
+
+METRICS = ("both", "above", "left")
+
+
+def chance_accuracy(colors: int) -> dict:
+    """Accuracy of the best guess that ignores the grid: "neither neighbour has my colour".
+
+    Each neighbour has a patch's colour with probability ``1 / colors``, independently, so the guess is
+    right on one bit with probability ``1 - 1/colors`` and on both with ``(1 - 1/colors) ** 2`` (9/16
+    for 4 colors). Returns ``{"both": ..., "above": ..., "left": ...}``.
+    """
+    if not isinstance(colors, int) or isinstance(colors, bool) or colors < 2:
+        raise ValueError(f"colors must be an int >= 2, got {colors!r}")
+    bit = 1 - 1 / colors
+    return {"both": bit * bit, "above": bit, "left": bit}
+
+
+def seed_runs(record: dict) -> list[dict]:
+    """The runs of a record at each method's chosen learning rate (``best_lr``): one per method and seed."""
+    config, runs = record["config"], record["runs"]
+    chosen = {method: best_lr(config, runs, method) for method in config["methods"]}
+    return [run for run in runs if run["lr"] == chosen[run["method"]]]
+
+
+def sweep(record: dict, method: str, metric: str = "both") -> dict:
+    """``{lr: accuracy}`` of ``method`` on the first seed at the training size, for every rate tried."""
+    config = record["config"]
+    size = _size(config["train_size"])
+    return {run["lr"]: run["accuracy"][size][_metric(metric)] for run in record["runs"]
+            if run["method"] == method and run["seed"] == config["seeds"][0]}
+
+
+def _metric(metric: str) -> str:
+    if metric not in METRICS:
+        raise ValueError(f"metric must be one of {list(METRICS)}, got {metric!r}")
+    return metric
+
+
+def accuracy_table(record: dict, metric: str = "both", methods=None, sizes=None) -> dict:
+    """``{method: {size: (mean, low, high)}}``: the 95% Student-t interval over seeds of the accuracy
+    (``metric``: "both", "above" or "left") of each method at its chosen learning rate, on each test
+    size (``"HxW"`` strings; default: every method and size of the record)."""
+    config, runs = record["config"], seed_runs(record)
+    methods = config["methods"] if methods is None else methods
+    sizes = [_size(s) for s in config["test_sizes"]] if sizes is None else sizes
+    table = {}
+    for method in methods:
+        table[method] = {}
+        for size in sizes:
+            values = over_seeds(record, "accuracy", size, _metric(metric), method=method, runs=runs)
+            if not values:
+                raise ValueError(f"no run of {method!r} has an accuracy on {size!r}")
+            table[method][size] = t_interval(list(values.values()))
+    return table
+
+
+def paired_accuracy(record: dict, a: tuple, b: tuple) -> tuple[float, float, float]:
+    """``(mean, low, high)``: the 95% t-interval of the per-seed accuracy difference a - b.
+
+    ``a`` and ``b`` are ``(method, size)`` or ``(method, size, metric)`` (metric "both" by default), each
+    method at its chosen learning rate: two methods on one size (a seed gives both the same training
+    grids and every model is tested on the same grids), or one method on two sizes or two metrics.
+    """
+    paths = []
+    for cell in (a, b):
+        if not isinstance(cell, tuple) or len(cell) not in (2, 3):
+            raise TypeError(f"a and b must be (method, size) or (method, size, metric), got {cell!r}")
+        method, size, metric = (*cell, "both") if len(cell) == 2 else cell
+        paths.append((method, ("accuracy", size, _metric(metric))))
+    (method_a, path_a), (method_b, path_b) = paths
+    return paired_seed_interval(record, path_a, path_b, method_a=method_a, method_b=method_b,
+                                runs=seed_runs(record))

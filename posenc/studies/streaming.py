@@ -106,3 +106,93 @@ def run(config: dict, key: dict, checkpoint_dir: Path | None) -> dict:
         for name, value in losses.items()}
     result["seconds"] = time.perf_counter() - start
     return result
+
+
+# ---- reading a record (chapter 15): intervals over seeds, paired differences, mean curves ---------------
+# (imported here so that the study code above stays as it was when the committed results were made)
+from ..stats import paired_interval, t_interval  # noqa: E402
+from .common import over_seeds  # noqa: E402
+
+def _check_choice(name: str, value: str, choices) -> str:
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {tuple(choices)}, got {value!r}")
+    return value
+
+
+def uniform_first_token_share(train_len: int, skip: int = 16) -> float:
+    """What ``first_token_attention`` would read if every query spread its weight evenly: the mean of
+    ``1 / (i + 1)`` over the query indices ``i = skip .. train_len - 1`` (query ``i`` sees ``i + 1``
+    keys). A first token far above this is an attention sink; far below it, a token attention avoids."""
+    if not 0 <= skip < train_len:
+        raise ValueError(f"skip must be in [0, train_len={train_len}), got {skip}")
+    return sum(1 / (i + 1) for i in range(skip, train_len)) / (train_len - skip)
+
+
+def first_token_table(record: dict, methods=None, level: float = 0.95) -> dict:
+    """``{method: [(mean, low, high) per layer]}``: the t-interval over seeds of the attention weight on
+    the first token, layer by layer (``first_token_attention`` of every run)."""
+    out = {}
+    for method in methods or record["config"]["methods"]:
+        runs = [run for run in record["runs"] if run["method"] == method]
+        if not runs:
+            raise ValueError(f"no run of method {method!r}")
+        layers = len(runs[0]["first_token_attention"])
+        out[method] = [t_interval([run["first_token_attention"][layer] for run in runs], level)
+                       for layer in range(layers)]
+    return out
+
+
+def sink_logit_table(record: dict, method: str = "rope with learned sinks", level: float = 0.95) -> list:
+    """``[(mean, low, high) per layer]``: each seed's mean learned sink logit over the heads of a layer,
+    then the t-interval of that over seeds."""
+    runs = [run for run in record["runs"] if run["method"] == method and run.get("sink_logits")]
+    if not runs:
+        raise ValueError(f"no run of method {method!r} has sink_logits")
+    layers = len(runs[0]["sink_logits"])
+    return [t_interval([sum(run["sink_logits"][layer]) / len(run["sink_logits"][layer]) for run in runs],
+                       level) for layer in range(layers)]
+
+
+def stream_perplexities(record: dict, method: str, reading: str) -> dict:
+    """``{seed: perplexity}`` of ``method`` read as ``reading`` (one of ``READINGS``) over the streams."""
+    _check_choice("reading", reading, READINGS)
+    return over_seeds(record, "stream", reading, "summary", "perplexity", method=method)
+
+
+def stream_table(record: dict, methods=None, readings=READINGS, level: float = 0.95) -> dict:
+    """``{method: {reading: (mean, low, high)}}``: the t-interval over seeds of each method's stream
+    perplexity in each reading."""
+    out = {}
+    for method in methods or record["config"]["methods"]:
+        out[method] = {}
+        for reading in readings:
+            values = stream_perplexities(record, method, reading)
+            if not values:
+                raise ValueError(f"no run of method {method!r} has the reading {reading!r}")
+            out[method][reading] = t_interval(list(values.values()), level)
+    return out
+
+
+def paired(record: dict, a: tuple[str, str], b: tuple[str, str], *, relative: bool = False,
+           level: float = 0.95) -> tuple[float, float, float]:
+    """t-interval over seeds of the per-seed difference ``a - b`` of stream perplexities, ``a`` and
+    ``b`` each ``(method, reading)``; with ``relative``, of ``100 * (a / b - 1)`` (per cent). Every
+    method sees the same batches for a seed, and every reading scores the same streams, so the seed
+    pairs them."""
+    first, second = stream_perplexities(record, *a), stream_perplexities(record, *b)
+    if relative:
+        second = {seed: value for seed, value in second.items() if seed in first}
+        first = {seed: 100 * (value / second[seed] - 1) for seed, value in first.items() if seed in second}
+        second = {seed: 0.0 for seed in first}
+    return paired_interval(first, second, level)
+
+
+def mean_curve(record: dict, method: str, reading: str) -> list[float]:
+    """The per-position loss curve (nats, bins of ``curve_bin`` tokens) of ``method`` read as
+    ``reading``, averaged over seeds."""
+    _check_choice("reading", reading, READINGS)
+    curves = [run["stream"][reading]["curve"] for run in record["runs"]
+              if run["method"] == method and reading in run.get("stream", {})]
+    if not curves:
+        raise ValueError(f"no run of method {method!r} has a curve for {reading!r}")
+    return [sum(values) / len(curves) for values in zip(*curves)]
