@@ -461,3 +461,19 @@ def test_partial_tables_rotate_only_the_first_features():
 def test_bad_settings_raise_naming_the_key(call, error, message):
     with pytest.raises(error, match=message):
         call()
+
+
+def test_yarn_tables_are_bit_equal_to_hugging_face():
+    # DeepSeek-V3's published YaRN settings (factor 40 over 64 rotary features) and gpt-oss's: the
+    # interpolated frequencies are formed as 1 / (factor * base**(2i/d)), as Hugging Face forms them.
+    from transformers import LlamaConfig
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+    for head_dim, base, factor, original, extra in [(64, 1e4, 40.0, 4096, {}),
+                                                     (64, 150000.0, 32.0, 4096, {"truncate": False})]:
+        scaling = {"rope_type": "yarn", "rope_theta": base, "factor": factor, "beta_fast": 32, "beta_slow": 1,
+                   "original_max_position_embeddings": original, **extra}
+        config = LlamaConfig(hidden_size=4 * head_dim, num_attention_heads=4, head_dim=head_dim,
+                             rope_parameters=scaling, max_position_embeddings=int(original * factor))
+        expected, expected_scale = ROPE_INIT_FUNCTIONS["yarn"](config, "cpu")
+        inv_freq, scale = rope_frequencies(head_dim, scaling=scaling)
+        assert torch.equal(inv_freq, expected) and scale == expected_scale

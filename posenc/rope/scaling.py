@@ -190,7 +190,10 @@ def _yarn(inv_freq: torch.Tensor, rotary_dim: int, base: float, params: dict) ->
         high += 0.001  # avoid dividing by zero in the ramp
     ramp = ((torch.arange(rotary_dim // 2, dtype=torch.float32) - low) / (high - low)).clamp(0, 1)
     keep = 1 - ramp  # 1 for high-frequency pairs (kept as trained), 0 for low ones (interpolated)
-    inv_freq = (inv_freq / factor) * (1 - keep) + inv_freq * keep
+    # 1 / (factor * base**(2i/d)), formed as Hugging Face forms it (dividing inv_freq by factor can differ
+    # in the last bit)
+    interpolated = 1.0 / (factor * base ** _exponents(rotary_dim, rotary_dim))
+    inv_freq = interpolated * (1 - keep) + inv_freq * keep
     return inv_freq, float(attention_factor)
 
 

@@ -265,3 +265,29 @@ def mean_curve(record: dict, row: str) -> list[float]:
     if not curves:
         raise ValueError(f"no run has a curve for {row!r}")
     return [sum(values) / len(curves) for values in zip(*curves)]
+
+
+# ---- readers for chapter 14 (hybrid layers) ------------------------------------------------------------
+
+def passkey_summary(record: dict, method: str, part: str = "passkey") -> tuple[dict, list]:
+    """``({length: (exact, digits)}, effective_lengths)`` for ``method`` at its chosen learning rate: the
+    fraction of passkeys retrieved exactly and of digits right at each passkey length, averaged over depths
+    and seeds (each depth of each seed weighs the same), and each seed's effective length. ``part`` is
+    ``"passkey"`` (the whole window) or ``"truncated_passkey"`` (read through a window of L)."""
+    grids = [run[part] for run in seed_runs(record) if run["method"] == method and part in run]
+    if not grids:
+        raise ValueError(f"no run of {method!r} has {part!r}")
+    out = {}
+    for n in record["config"]["passkey_lengths"]:
+        held = [grid for grid in grids if str(n) in grid["grid"]]
+        if held:
+            exact = [v for grid in held for v in grid["grid"][str(n)].values()]
+            digits = [v for grid in held for v in grid["digits"][str(n)].values()]
+            out[n] = (sum(exact) / len(exact), sum(digits) / len(digits))
+    return out, [grid["effective_length"] for grid in grids]
+
+
+def curve_excess(record: dict, method: str) -> list[float]:
+    """Bin by bin, ``method``'s per-position loss reading the whole longest window minus its truncated
+    reading of the same bytes, each averaged over seeds: below zero where reading beyond L helps."""
+    return [a - b for a, b in zip(mean_curve(record, method), mean_curve(record, method + TRUNCATED))]
