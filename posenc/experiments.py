@@ -29,6 +29,7 @@ import json
 import math
 import os
 import platform
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -90,7 +91,7 @@ def run_study(study: str, preset: str, out: Path, *, resume: bool = False, check
     if seeds:
         config["seeds"] = seeds  # a part of the study, to be joined with ``merge_records``
     record = {"study": study, "preset": preset, "config": config, "environment": environment(), "runs": [],
-              "wall_seconds": 0.0, "command": "python -m posenc.experiments " + " ".join(sys.argv[1:])}
+              "wall_seconds": 0.0, "command": "python -m posenc.experiments " + shlex.join(sys.argv[1:])}
     if "max_bytes" in config:
         record["corpus"] = data.corpus_fingerprint(config["max_bytes"], 0.1)
     if resume and out.exists():
@@ -153,14 +154,23 @@ def merge_records(records: list[dict]) -> dict:
                       for record in records]}
 
 
-def command_line(record: dict) -> str:
+def command_line(record: dict, methods=None) -> str:
     """The command that produced a result record, as ``python -m posenc.experiments ...`` (records
-    written by running the file directly store its path instead)."""
+    written by running the file directly store its path instead).
+
+    Method names with spaces (``--methods "local RoPE only"``) are quoted for a shell; records written
+    before the command was stored quoted get the quotes back from ``methods`` (default: the record's
+    ``config["methods"]``), so the printed command runs as shown.
+    """
     command = record["command"]
     for marker in ("posenc.experiments", "experiments.py"):
         if marker in command:
             command = command.split(marker, 1)[1]
             break
+    names = record.get("config", {}).get("methods", []) if methods is None else methods
+    for name in sorted((n for n in names if n != shlex.quote(n)), key=len, reverse=True):
+        if shlex.quote(name) not in command:
+            command = command.replace(f" {name}", f" {shlex.quote(name)}")
     return "python -m posenc.experiments " + command.strip()
 
 

@@ -162,3 +162,15 @@ def test_bits_per_byte():
         bits_per_byte(0.5)
 
 
+
+
+def test_command_line_quotes_method_names_with_spaces():
+    import shlex
+    from posenc.experiments import command_line
+    record = {"command": "python -m posenc.experiments streaming --preset full --methods rope with learned sinks "
+                         "--out s.json", "config": {"methods": ["rope", "rope with learned sinks", "alibi"]}}
+    shown = command_line(record)
+    assert shown == ("python -m posenc.experiments streaming --preset full --methods 'rope with learned sinks' "
+                     "--out s.json")
+    assert shlex.split(shown)[shlex.split(shown).index("--methods") + 1] == "rope with learned sinks"
+    assert command_line({"command": shown, "config": record["config"]}) == shown  # already quoted: unchanged
