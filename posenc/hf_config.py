@@ -5,14 +5,17 @@
 ``sliding_window``, ``attention_chunk_size``, ``no_rope_layers`` and the family-specific switches. A
 transformers 4.x ``config.json`` (``rope_scaling`` beside a top-level ``rope_theta``) reads the same:
 
-| family (``model_type``) | what the config says | posenc |
-|---|---|---|
-| llama4 (``llama4_text``) | ``no_rope_layers[i]`` (1 = RoPE), ``attention_chunk_size``, ``attn_temperature_tuning``, ``floor_scale``, ``attn_scale``; interleaved pairs | RoPE + ``chunk`` / NoPE + ``Temperature`` |
-| gemma3 (``gemma3_text``) | ``layer_types``, nested ``rope_parameters``, ``sliding_window``, ``query_pre_attn_scalar`` | RoPE per layer type, ``window``, ``softmax_scale`` |
-| cohere2 | ``layer_types``: RoPE only on sliding layers; interleaved pairs | RoPE + ``window`` / NoPE |
-| gpt_oss | ``layer_types``, ``sliding_window``, learned ``sinks`` | RoPE + ``window`` + ``sinks`` |
-| smollm3 | ``no_rope_layers[i]`` (1 = RoPE), ``use_sliding_window`` | RoPE / NoPE |
-| anything else (llama, qwen2, mistral, phi3, ...) | ``rope_parameters`` (``partial_rotary_factor`` included) | RoPE everywhere |
+- ``llama4`` (``llama4_text``): ``no_rope_layers[i]`` (1 = RoPE), ``attention_chunk_size``,
+  ``attn_temperature_tuning``, ``floor_scale``, ``attn_scale``; interleaved pairs. RoPE layers with a
+  ``chunk``, NoPE layers with a ``Temperature``.
+- ``gemma3`` (``gemma3_text``): ``layer_types``, nested ``rope_parameters``, ``sliding_window``,
+  ``query_pre_attn_scalar``. RoPE per layer type, a ``window`` on sliding layers, ``softmax_scale``.
+- ``cohere2``: ``layer_types``; RoPE only on the sliding layers, interleaved pairs. RoPE + ``window`` on
+  sliding layers, NoPE on the others.
+- ``gpt_oss``: ``layer_types``, ``sliding_window``, learned ``sinks``. RoPE + ``window`` + ``sinks``.
+- ``smollm3``: ``no_rope_layers[i]`` (1 = RoPE), ``use_sliding_window``. RoPE or NoPE.
+- anything else (llama, qwen2, mistral, phi3, ...): ``rope_parameters`` (``partial_rotary_factor``
+  included). RoPE everywhere.
 
 It covers position only: a posenc ``MultiHeadAttention`` also assumes ``head_dim = hidden_size /
 num_attention_heads``, as many key-value heads as query heads and no query/key norms, so the equality

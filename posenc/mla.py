@@ -177,7 +177,7 @@ class MultiHeadLatentAttention(Float32Buffers):
         rope_base, rope_scaling: as for ``rope_frequencies`` over ``qk_rope_head_dim`` features; a YaRN
             ``mscale_all_dim`` also sets the softmax scale (``yarn_softmax_scale``).
         rope_interleaved: True (DeepSeek's weights, Hugging Face's ``rope_interleave``) reads the rotary
-            features as pairs (2i, 2i+1) and ``deinterleave``s them before a half-split rotation;
+            features as pairs (2i, 2i+1) and applies ``deinterleave`` before a half-split rotation;
             False rotates them half-split as they come.
         causal: mask keys after each query.
 

@@ -6,7 +6,7 @@ Since 2024 the models people use mix methods by layer. A plan is a list with one
 prints one line per layer (``describe_plan``) and round-trips through JSON (``plan_to_dict`` /
 ``plan_from_dict``), which is how the experiment records store it.
 
-One example per family, written out (``family_plan`` returns the same lists; the tests check):
+One example per family, written out (``family_plan`` returns the same lists; the tests check)::
 
     from posenc import LayerSpec, Rope, Temperature, every_nth, repeat_pattern
     w = 32  # toy window; the shipped models use 512 to 8192
