@@ -4,6 +4,7 @@ loss, passkey retrieval)."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import torch
@@ -12,6 +13,7 @@ import torch.distributed as dist
 from .. import data, evaluate
 from ..passkey import effective_length, passkey_grid, with_passkeys
 from ..model import TransformerLM
+from ..train import TrainConfig, train_model
 from ..stats import paired_interval, t_interval
 
 
@@ -90,6 +92,28 @@ def passkey(model: torch.nn.Module, validation: torch.Tensor, config: dict, leng
     grid, digits = passkey_grid(model, validation, lengths, config["passkey_depths"], digits=True,
                                 n_keys=config["passkey_keys"], context=context)
     return {"grid": grid, "digits": digits, "effective_length": effective_length(grid)}
+
+
+def next_run_by_seed(config: dict, runs: list[dict]) -> dict | None:
+    """Seed by seed, every method: the first seed's table is complete before the second starts."""
+    done = {(run["method"], run["seed"]) for run in runs}
+    for seed in config["seeds"]:
+        for method in config["methods"]:
+            if (method, seed) not in done:
+                return {"method": method, "seed": seed}
+    return None
+
+
+def train_recorded(model: torch.nn.Module, batch_fn, config: dict, *, lr: float, seed: int) -> dict:
+    """Train ``model`` with the study's schedule (``steps``, ``warmup``, ``decay``, ``weight_decay`` of
+    ``config``); return the start of its result: ``train_seconds``, ``history`` and ``parameters``."""
+    start = time.perf_counter()
+    history = train_model(model, batch_fn,
+                          TrainConfig(steps=config["steps"], warmup=config["warmup"], lr=lr, seed=seed,
+                                      decay=config["decay"], weight_decay=config["weight_decay"],
+                                      log_every=max(1, config["steps"] // 20)))
+    return {"train_seconds": time.perf_counter() - start, "history": history,
+            "parameters": sum(p.numel() for p in model.parameters())}
 
 
 def training_batches(train_bytes: torch.Tensor, config: dict, batch: int, length: int):

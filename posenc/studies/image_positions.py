@@ -33,8 +33,8 @@ from torch import nn
 from ..absolute import resize_position_table_2d
 from ..model import TransformerLM
 from ..rope import axial_positions, axial_rope_cos_sin
-from ..train import TrainConfig, train_model
-from .common import rank
+from ..stats import t_interval
+from .common import over_seeds, paired_seed_interval, rank, train_recorded
 
 METHODS = ("2D RoPE", "learned 2D", "1D RoPE", "none")
 
@@ -161,12 +161,7 @@ def run(config: dict, key: dict, checkpoint_dir: Path | None) -> dict:
         return neighbour_batch(config["batch"], height, width, config["colors"], generator)
 
     start = time.perf_counter()
-    history = train_model(_GridLoss(model, height, width), batch_fn,
-                          TrainConfig(steps=config["steps"], warmup=config["warmup"], lr=lr, seed=seed,
-                                      decay=config["decay"], weight_decay=config["weight_decay"],
-                                      log_every=max(1, config["steps"] // 20)))
-    result = {"train_seconds": time.perf_counter() - start, "history": history,
-              "parameters": sum(p.numel() for p in model.parameters())}
+    result = train_recorded(_GridLoss(model, height, width), batch_fn, config, lr=lr, seed=seed)
     if rank() != 0:
         return result
     result["accuracy"] = {_size(size): accuracy(model, config, *size) for size in config["test_sizes"]}
@@ -177,8 +172,6 @@ def run(config: dict, key: dict, checkpoint_dir: Path | None) -> dict:
 # ---- reading a record (chapter 16): intervals over seeds, paired differences, chance -----------------
 # Added after the committed results were produced; nothing above this line changed.
 
-from ..stats import t_interval  # noqa: E402
-from .common import over_seeds, paired_seed_interval  # noqa: E402
 
 METRICS = ("both", "above", "left")
 

@@ -36,7 +36,7 @@ from .. import tasks
 from ..attention import POSITION_METHODS
 from ..train import TrainConfig, train_model
 from ..stats import t_interval
-from .common import make_model, over_seeds, rank, save_checkpoint
+from .common import make_model, next_run_by_seed, over_seeds, rank, save_checkpoint
 
 RANDOMIZED = " (randomized)"
 
@@ -95,14 +95,7 @@ def base_method(method: str) -> tuple[str, bool]:
     return base, randomized
 
 
-def next_run(config: dict, runs: list[dict]) -> dict | None:
-    """Seed by seed, every method: the first seed's table is complete before the second starts."""
-    done = {(run["method"], run["seed"]) for run in runs}
-    for seed in config["seeds"]:
-        for method in config["methods"]:
-            if (method, seed) not in done:
-                return {"method": method, "seed": seed}
-    return None
+next_run = next_run_by_seed  # seed by seed, every method
 
 
 class ProbedBatches:

@@ -27,8 +27,9 @@ import torch
 
 from .. import data, evaluate
 from ..plan import LayerSpec
-from ..train import TrainConfig, train_model
-from .common import _rounded_summary, make_model, rank, rounded, training_batches
+from ..stats import paired_interval, t_interval
+from .common import (_rounded_summary, make_model, next_run_by_seed, over_seeds, rank, rounded,
+                     train_recorded, training_batches)
 
 METHODS = ("rope", "rope with learned sinks", "alibi")
 READINGS = ("dense", "recomputed", "rolling, sinks", "rolling, no sinks")
@@ -52,13 +53,7 @@ def build(method: str, config: dict):
     return make_model(method, config, data.VOCAB_SIZE, config["train_len"])
 
 
-def next_run(config: dict, runs: list[dict]) -> dict | None:
-    done = {(run["method"], run["seed"]) for run in runs}
-    for seed in config["seeds"]:
-        for method in config["methods"]:
-            if (method, seed) not in done:
-                return {"method": method, "seed": seed}
-    return None
+next_run = next_run_by_seed  # seed by seed, every method
 
 
 def stream_losses(model, validation: torch.Tensor, config: dict) -> dict[str, torch.Tensor]:
@@ -84,13 +79,8 @@ def run(config: dict, key: dict, checkpoint_dir: Path | None) -> dict:
     torch.manual_seed(seed)
     model = build(method, config)
     start = time.perf_counter()
-    history = train_model(
-        model, training_batches(train_bytes, config, config["batch"], L),
-        TrainConfig(steps=config["steps"], warmup=config["warmup"], lr=config["lr"], seed=seed,
-                    decay=config["decay"], weight_decay=config["weight_decay"],
-                    log_every=max(1, config["steps"] // 20)))
-    result = {"train_seconds": time.perf_counter() - start, "history": history,
-              "parameters": sum(p.numel() for p in model.parameters())}
+    result = train_recorded(model, training_batches(train_bytes, config, config["batch"], L), config,
+                            lr=config["lr"], seed=seed)
     if rank() != 0:
         return result
     starts = evaluate.window_starts(validation.numel(), L, config["attention_windows"])
@@ -110,8 +100,6 @@ def run(config: dict, key: dict, checkpoint_dir: Path | None) -> dict:
 
 # ---- reading a record (chapter 15): intervals over seeds, paired differences, mean curves ---------------
 # (imported here so that the study code above stays as it was when the committed results were made)
-from ..stats import paired_interval, t_interval  # noqa: E402
-from .common import over_seeds  # noqa: E402
 
 def _check_choice(name: str, value: str, choices) -> str:
     if value not in choices:
