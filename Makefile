@@ -1,7 +1,7 @@
 # make book  : build the HTML book into _build/html (warnings are errors; notebooks are rendered from
 #              their committed outputs, not re-executed)
-# make test  : unit/property tests, notebook-convention tests, the Colab-path test, nbval over every
-#              notebook in _toc.yml, then the browser test over the built book (needs Chromium)
+# make test  : actionlint over the workflows, unit/property tests, notebook-convention tests, the Colab-path
+#              test, nbval over every notebook in _toc.yml, then the browser test over the built book (needs Chromium)
 # make execute [NB=notebooks/01_permutation_problem.ipynb] : re-execute notebooks in place, commit the outputs
 # make clean : remove the build (keeps .venv)
 
@@ -11,7 +11,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: book test unit notebooks browser execute clean venv
+.PHONY: book test lint unit notebooks colab-all browser execute clean venv
 
 venv: $(STAMP)
 
@@ -30,13 +30,22 @@ book: $(STAMP)
 		echo "make book: FAILED, the build has warnings (treated as errors); see _build/book.log"; exit 1; fi
 	@echo "Book built: _build/html/index.html"
 
-test: unit notebooks browser
+test: lint unit notebooks colab-all browser
+
+# The GitHub workflows, checked by actionlint (with the venv's shellcheck on the PATH for their run: scripts)
+lint: $(STAMP)
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/actionlint .github/workflows/*.yml
 
 unit: $(STAMP)
-	$(BIN)/python -m pytest tests -q -m "not browser"
+	$(BIN)/python -m pytest tests -q -m "not browser and not colab_all"
 
 notebooks: $(STAMP)
 	$(BIN)/python -m pytest --nbval -q --nbval-sanitize-with tests/nbval_sanitize.cfg $$($(BIN)/python tests/notebook_tools.py list)
+
+# Every chapter through the Colab path under a newer Python (python3.12, or $$POSENC_NEWER_PYTHON):
+# a Colab-like environment cached in .venv-newer/, each chapter's setup cell installing posenc.
+colab-all: $(STAMP)
+	$(BIN)/python -m pytest tests/test_colab_path.py -q -m colab_all
 
 # The built book in headless Chromium: every toc page, offline, screenshots in _build/browser/
 browser: book

@@ -21,7 +21,7 @@ from .rope import (ROPE_TYPES, RotaryEmbedding, apply_rope, axial_positions, axi
 from .sinks import sink_attention
 from .temperature import attention_temperature
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
     "sinusoidal_encoding", "SinusoidalEncoding", "LearnedEncoding", "sinusoidal_encoding_2d",

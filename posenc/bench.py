@@ -345,33 +345,55 @@ def run(size: str = "issue", *, compile_too: bool = False, memory: bool = True) 
     return {"environment": environment(), "size": size, "rows": rows}
 
 
+def environment_line(result: dict) -> str:
+    """Where a result was measured: versions, processor, threads and allocator, on one line."""
+    env = result["environment"]
+    return (f"posenc {env['posenc']}, torch {env['torch']}, Python {env['python']}, "
+            f"{env['processor']}, {env['cpu_count']} CPUs, {env['torch_threads']} torch threads, "
+            f"allocator: {env.get('allocator', 'as the process found it')}")
+
+
+def _note(row: dict, name: str) -> str:
+    if name == row["baseline"]:
+        return "baseline"
+    if row.get("alternative") and name != row["alternative"]:
+        return f"{row['seconds'][row['alternative']] / row['seconds'][name]:.1f}x faster than the alternative"
+    return ""
+
+
+def row_cells(row: dict) -> dict:
+    """One operation of a result as table cells, ``{name: {"ms", "x baseline", "note"}}`` (formatted
+    strings, as ``format_table`` prints them); ``posenc.tables.frame(row_cells(row))`` makes the table."""
+    base = row["seconds"][row["baseline"]]
+    return {name: {"ms": f"{seconds * 1e3:.2f}", "x baseline": f"{seconds / base:.2f}", "note": _note(row, name)}
+            for name, seconds in row["seconds"].items()}
+
+
+def row_notes(row: dict) -> list[str]:
+    """What one operation reports besides its times: compile time, errors against the references and
+    peak memory, one line each."""
+    notes = []
+    if row.get("compile_seconds") is not None:
+        notes.append(f"(one-off compilation: {row['compile_seconds']:.1f} s)")
+    for name, error in row.get("max_abs_error_vs_float64", {}).items():
+        notes.append(f"{name}: max |error| vs float64 reference {error:.1e}")
+    if "max_abs_error_vs_materialised" in row:
+        notes.append(f"max |difference| vs the materialised bias: {row['max_abs_error_vs_materialised']:.1e}")
+    for length, peaks in row.get("peak_memory_bytes", {}).items():
+        cells = ", ".join(f"{name} {peak / 2**20:.0f} MiB" for name, peak in peaks.items())
+        notes.append(f"peak memory growth at T={length}: {cells}")
+    return notes
+
+
 def format_table(result: dict) -> str:
     """The result as a plain-text table: time, ratio to the row's baseline, and notes."""
-    lines = []
-    env = result["environment"]
-    lines.append(f"posenc {env['posenc']}, torch {env['torch']}, Python {env['python']}, "
-                 f"{env['processor']}, {env['cpu_count']} CPUs, {env['torch_threads']} torch threads, "
-                 f"allocator: {env.get('allocator', 'as the process found it')}")
+    lines = [environment_line(result)]
     for row in result["rows"]:
         lines.append("")
         lines.append(row["operation"])
-        base = row["seconds"][row["baseline"]]
-        for name, seconds in row["seconds"].items():
-            note = ""
-            if name == row["baseline"]:
-                note = "baseline"
-            elif row.get("alternative") and name != row["alternative"]:
-                note = f"{row['seconds'][row['alternative']] / seconds:.1f}x faster than the alternative"
-            lines.append(f"  {name:<46} {seconds * 1e3:9.2f} ms  x{seconds / base:5.2f}  {note}")
-        if row.get("compile_seconds") is not None:
-            lines.append(f"  (one-off compilation: {row['compile_seconds']:.1f} s)")
-        for name, error in row.get("max_abs_error_vs_float64", {}).items():
-            lines.append(f"  {name}: max |error| vs float64 reference {error:.1e}")
-        if "max_abs_error_vs_materialised" in row:
-            lines.append(f"  max |difference| vs the materialised bias: {row['max_abs_error_vs_materialised']:.1e}")
-        for length, peaks in row.get("peak_memory_bytes", {}).items():
-            cells = ", ".join(f"{name} {peak / 2**20:.0f} MiB" for name, peak in peaks.items())
-            lines.append(f"  peak memory growth at T={length}: {cells}")
+        for name, cells in row_cells(row).items():
+            lines.append(f"  {name:<46} {cells['ms']:>9} ms  x{cells['x baseline']:>5}  {cells['note']}")
+        lines.extend(f"  {note}" for note in row_notes(row))
     return "\n".join(lines)
 
 

@@ -2,6 +2,8 @@
 
     python tests/notebook_tools.py list                  # notebooks in _toc.yml, in reading order
     python tests/notebook_tools.py execute [NB.ipynb...] # re-execute in place (default: all), print times
+    python tests/notebook_tools.py set-repository [https://github.com/OWNER/REPO]  # see repository_url.py
+    python tests/notebook_tools.py check-repository      # every copy of the repository URL agrees with _config.yml
 """
 
 from __future__ import annotations
@@ -52,6 +54,10 @@ def execute(path: Path) -> float:
 
 
 def main(argv: list[str]) -> None:
+    if argv and argv[0] in ("set-repository", "check-repository"):
+        import repository_url
+
+        sys.exit(repository_url.main(argv))
     if not argv or argv[0] not in ("list", "execute"):
         sys.exit(__doc__)
     if argv[0] == "list":

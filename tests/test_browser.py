@@ -4,7 +4,7 @@ Run by ``make browser`` (part of ``make test``) after ``make book``. Needs Chrom
 ``chromium`` (``apt-get install chromium``, as ``.ci/run`` does) or any path in ``POSENC_CHROMIUM``.
 Without one the tests are skipped locally and fail in CI (``CI`` set), so CI can never pass them by
 skipping. Every request that leaves 127.0.0.1 is blocked and counted as a failure: the book must read the
-same offline. Screenshots of two pages are written to ``_build/browser/``.
+same offline. Screenshots of two pages, and a chapter printed to PDF, are written to ``_build/browser/``.
 """
 
 from __future__ import annotations
@@ -14,7 +14,9 @@ import http.server
 import os
 import re
 import shutil
+import struct
 import threading
+import tomllib
 import urllib.parse
 from pathlib import Path
 
@@ -22,6 +24,7 @@ import pytest
 import yaml
 
 from notebook_tools import ROOT, toc_files
+from repository_url import pages_url
 
 pytestmark = pytest.mark.browser
 HTML = ROOT / "_build" / "html"
@@ -123,6 +126,15 @@ def visits(server, browser):
                     title: document.title,
                     animation: document.querySelectorAll('.animation img, .anim-state').length,
                     icons: [...document.querySelectorAll('link[rel~="icon"]')].map(l => l.href),
+                    og: Object.fromEntries([...document.querySelectorAll('meta[property^="og:"]')]
+                        .map(m => [m.getAttribute('property'), m.getAttribute('content')])),
+                    footer_version: document.querySelector('footer .posenc-version')?.innerText ?? null,
+                    logo: [...document.querySelectorAll('.navbar-brand img.logo__image')]
+                        .map(i => i.complete && i.naturalWidth > 0),
+                    bibtex: document.querySelector('pre.citation-bibtex, .citation-bibtex pre')?.innerText ?? null,
+                    code_blocks: [...document.querySelectorAll('article pre')].map(e => e.innerText),
+                    table_rows: document.querySelectorAll('.chapter-table tbody tr').length,
+                    h2: [...document.querySelectorAll('article h2')].map(h => h.innerText.replace(/#$/, '').trim()),
                 };
             }""")
         # the favicon the page declares (a browser with a window asks for it; headless may not)
@@ -172,8 +184,8 @@ def test_launch_and_download_buttons_point_at_this_chapter(visits, server, page_
     links = visits[page_path]["links"]
     colab = [link for link in links if link.startswith("https://colab.research.google.com")]
     assert colab == [f"https://colab.research.google.com/github/{owner_repo}/blob/main/{notebook}"]
-    binder = [link for link in links if link.startswith("https://mybinder.org")]
-    assert binder == [f"https://mybinder.org/v2/gh/{owner_repo}/main?urlpath=tree/{notebook}"]
+    # no Binder button: a Binder environment would need a CPU build of PyTorch that nothing here tests
+    assert [link for link in links if "binder" in link.lower()] == []
     assert f"{server}/_sources/{notebook}" in links  # download as .ipynb (resolves: see below)
     assert repository_url() in links
 
@@ -215,3 +227,154 @@ def test_search_finds_rotary(server, browser):
 def test_screenshots_were_saved(visits):
     for name, _ in SCREENSHOTS.values():
         assert (ARTIFACTS / name).stat().st_size > 10_000
+
+
+# --- what a reader sees first: metadata for link previews, the version, the logo ------------------------
+
+CONFIG = yaml.safe_load((ROOT / "_config.yml").read_text())
+CITATION = yaml.safe_load((ROOT / "CITATION.cff").read_text())
+VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+SITE = pages_url(repository_url())
+
+
+def png_size(path: Path) -> tuple[int, int]:
+    header = path.read_bytes()[:24]
+    assert header[:8] == b"\x89PNG\r\n\x1a\n", path
+    return struct.unpack(">II", header[16:24])
+
+
+@pytest.mark.parametrize("page_path", PAGES)
+def test_open_graph_metadata_for_link_previews(visits, page_path):
+    og = visits[page_path]["og"]
+    assert og.get("og:title") and visits[page_path]["title"].startswith(og["og:title"]), og
+    assert og.get("og:site_name") == CONFIG["title"]
+    assert og.get("og:url") == f"{SITE}{page_path}"  # the page's own address on GitHub Pages
+    assert len(og.get("og:description", "")) >= 40, og  # the page's opening text
+    assert og.get("og:image") == f"{SITE}_static/social-card.png"
+    assert og.get("og:image:alt")
+
+
+def test_social_card_is_in_the_build_at_the_size_previews_use():
+    assert png_size(HTML / "_static" / "social-card.png") == (1200, 630)
+
+
+@pytest.mark.parametrize("page_path", PAGES)
+def test_version_and_logo_on_every_page(visits, page_path):
+    facts = visits[page_path]
+    assert facts["footer_version"] == f"Version {VERSION} · Changelog · How to cite", facts["footer_version"]
+    assert facts["logo"] and all(facts["logo"]), f"{page_path}: logo {facts['logo']}"
+
+
+def test_citation_page_shows_what_citation_cff_says(visits):
+    facts = visits["book/citation.html"]
+    bibtex = facts["bibtex"]
+    assert bibtex and bibtex.startswith("@book{")
+    for value in (CITATION["title"], CITATION["version"], CITATION["url"], CITATION["repository-code"]):
+        assert str(value) in bibtex, value
+    cff = [block for block in facts["code_blocks"] if block.startswith("cff-version: 1.2.0")]
+    assert len(cff) == 1 and f'version: "{CITATION["version"]}"' in cff[0]
+
+
+def test_changelog_page_starts_with_this_version(visits):
+    h2 = visits["book/changelog.html"]["h2"]
+    assert h2 and h2[0].startswith(f"[{VERSION}]"), h2
+
+
+def test_teaching_page_has_the_graph_and_a_row_per_chapter(visits):
+    facts = visits["book/teaching.html"]
+    chapters = [p for p in PAGES if p.startswith("notebooks/")]
+    assert facts["table_rows"] == len(chapters) + 1  # one per chapter, and the total
+    graph = [image for image in facts["images"] if image["src"].endswith("chapter_graph.svg")]
+    assert len(graph) == 1 and graph[0]["ok"]
+    for chapter in chapters:  # every chapter is linked from its row
+        assert any(link.endswith(chapter) for link in facts["links"]), chapter
+
+
+# --- printing a chapter (the download button's ".pdf" calls window.print()) ----------------------------
+
+PRINTED = {  # page -> what it must print: figures (at least), formulas (at least)
+    "notebooks/06_rope.html": (3, 100),
+    "notebooks/03_sinusoidal.html": (4, 100),  # with the clocks-and-bits animation's current frame
+    "notebooks/10_head_to_head.html": (2, 10),
+}
+SCREEN_ONLY = [".bd-header", ".bd-header-article", ".bd-sidebar-primary", ".bd-sidebar-secondary", ".bd-footer",
+               ".prev-next-area", "button.toggle-button", "details.hide:not([open])", ".anim-controls",
+               ".headerlink"]
+
+
+@pytest.mark.parametrize("page_path", list(PRINTED))
+def test_print_layout_keeps_figures_and_math_and_drops_the_screen_furniture(server, browser, page_path):
+    visit = PageVisit(browser, f"{server}/{page_path}")
+    try:
+        page = visit.page
+        on_screen = page.evaluate("sel => sel.map(s => document.querySelectorAll(s).length)", SCREEN_ONLY)
+        page.emulate_media(media="print")
+        facts = page.evaluate(
+            """(sel) => {
+                const shown = e => { const r = e.getBoundingClientRect(); return r.width > 0 && r.height > 0; };
+                const article = document.querySelector('article.bd-article');
+                const visibleImages = [...article.querySelectorAll('img')]
+                    .filter(i => !i.closest('details:not([open])'));
+                return {
+                    screen_only_shown: sel.map(s => [...document.querySelectorAll(s)].filter(shown).length),
+                    width: article.getBoundingClientRect().width / document.documentElement.clientWidth,
+                    images: visibleImages.map(i => [Math.round(i.getBoundingClientRect().width),
+                                                    Math.round(i.getBoundingClientRect().height),
+                                                    getComputedStyle(i).breakInside]),
+                    math: [...article.querySelectorAll('mjx-container')]  // folded solutions aside
+                        .filter(m => !m.closest('.toggle-hidden, details:not([open])')).map(shown),
+                    display_math_whole: [...article.querySelectorAll('mjx-container[display="true"]')]
+                        .every(m => getComputedStyle(m).breakInside === 'avoid'),
+                    headings_keep_with_next: [...article.querySelectorAll('h2, h3')]
+                        .every(h => getComputedStyle(h).breakAfter === 'avoid'),
+                    code_overflowing: [...article.querySelectorAll('pre')]
+                        .filter(p => shown(p) && p.scrollWidth > p.clientWidth + 1).length,
+                };
+            }""", SCREEN_ONLY)
+        figures, formulas = PRINTED[page_path]
+        assert on_screen[SCREEN_ONLY.index(".bd-sidebar-primary")] == 1  # the checks below see real elements
+        assert on_screen[SCREEN_ONLY.index("button.toggle-button")] >= 1  # the exercises' folded solutions
+        shown = dict(zip(SCREEN_ONLY, facts["screen_only_shown"]))
+        assert set(shown.values()) == {0}, shown
+        assert facts["width"] > 0.9  # the text takes the paper's width
+        assert len(facts["images"]) >= figures
+        assert all(w > 100 and h > 50 and brk == "avoid" for w, h, brk in facts["images"]), facts["images"]
+        assert len(facts["math"]) >= formulas and all(facts["math"]) and facts["display_math_whole"]
+        assert facts["headings_keep_with_next"]
+        assert facts["code_overflowing"] == 0
+        assert visit.errors == [] and visit.blocked == []
+    finally:
+        visit.close()
+
+
+def test_a_chapter_prints_to_pdf_with_its_figures(server, browser):
+    visit = PageVisit(browser, f"{server}/notebooks/06_rope.html")
+    try:
+        visit.page.emulate_media(media="print")
+        path = ARTIFACTS / "06_rope_print.pdf"
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        pdf = visit.page.pdf(path=str(path), format="A4", print_background=True)
+        pages = len(re.findall(rb"/Type\s*/Page(?![s\w])", pdf))
+        images = len(re.findall(rb"/Subtype\s*/Image", pdf))
+        assert 8 <= pages <= 60, pages  # the whole chapter, not one screen of it
+        assert images >= 3, images      # the chapter's three figures
+        assert 100_000 < path.stat().st_size < 20_000_000
+        assert visit.blocked == []
+    finally:
+        visit.close()
+
+
+def test_printing_switches_a_dark_page_to_the_light_theme(server, browser):
+    visit = PageVisit(browser, f"{server}/notebooks/06_rope.html")
+    try:
+        themes = visit.page.evaluate("""() => {
+            const html = document.documentElement;
+            html.dataset.theme = 'dark';
+            window.dispatchEvent(new Event('beforeprint'));
+            const printing = html.dataset.theme;
+            window.dispatchEvent(new Event('afterprint'));
+            return [printing, html.dataset.theme];
+        }""")
+        assert themes == ["light", "dark"]
+    finally:
+        visit.close()

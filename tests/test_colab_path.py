@@ -10,7 +10,10 @@ Run by ``make colab`` (part of ``make test``).
 
 from __future__ import annotations
 
+import glob
 import os
+import re
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -19,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from notebook_tools import ROOT
+from notebook_tools import ROOT, toc_notebooks
 
 NOTEBOOK = ROOT / "notebooks" / "01_permutation_problem.ipynb"
 
@@ -73,3 +76,78 @@ def test_setup_cell_installs_posenc_in_a_fresh_environment(tmp_path):
     # the measured results chapters 10 and 12 read ship inside the installed package
     shipped = run(python, "-c", SHIPPED, env=env, cwd=tmp_path)
     assert shipped.returncode == 0, shipped.stderr
+
+
+# --- Every chapter through the Colab path under a newer Python -------------------------------------------
+#
+# Colab's Python is newer than the project's 3.11, and the corpus of chapters 10-16 is the running Python's
+# standard library, so the numbers differ there. This test builds (once, cached in .venv-newer/) a
+# Colab-like environment for a second, newer interpreter: the CUDA build of torch that PyPI gives that
+# Python (it runs on the CPU), numpy, matplotlib, pandas and Jupyter's kernel, pinned in
+# tests/colab_requirements.txt, and no posenc. Each chapter then runs from a copy outside the checkout
+# with posenc uninstalled first, so its setup cell installs posenc from this checkout
+# (POSENC_INSTALL_SOURCE), as in Colab. Every assertion in every chapter must hold there too.
+# Which Python: $POSENC_NEWER_PYTHON, else python3.12 where one runs; skipped without one (outside CI).
+# With POSENC_COLAB_NEWEST set (the weekly workflow), the pins are dropped: the newest releases.
+
+NEWER_VENV = ROOT / ".venv-newer"
+COLAB_REQUIREMENTS = ROOT / "tests" / "colab_requirements.txt"
+
+
+def newer_python() -> str | None:
+    """An interpreter newer than this one that runs, or None."""
+    candidates = [os.environ.get("POSENC_NEWER_PYTHON"), shutil.which("python3.12")]
+    candidates += sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.12*/bin/python3.12")))
+    for candidate in filter(None, candidates):
+        probe = subprocess.run([candidate, "-c", "import sys; print(sys.version_info[:2] > (3, 11))"],
+                               capture_output=True, text=True)
+        if probe.returncode == 0 and probe.stdout.strip() == "True":
+            return candidate
+    return None
+
+
+@pytest.fixture(scope="module")
+def newer_env(tmp_path_factory):
+    python = newer_python()
+    if python is None:
+        if os.environ.get("CI"):
+            pytest.fail("no newer Python found: set POSENC_NEWER_PYTHON")
+        pytest.skip("no Python newer than 3.11 found (set POSENC_NEWER_PYTHON)")
+    env_python = NEWER_VENV / "bin" / "python"
+    stamp = NEWER_VENV / ".installed"
+    requirements = COLAB_REQUIREMENTS.read_text()
+    if os.environ.get("POSENC_COLAB_NEWEST"):  # the weekly workflow: the newest releases, as Colab updates
+        requirements = re.sub(r"==\S+", "", requirements)
+    wanted = f"{python}\n{requirements}"
+    if not (stamp.is_file() and stamp.read_text() == wanted):
+        shutil.rmtree(NEWER_VENV, ignore_errors=True)
+        subprocess.run([python, "-m", "venv", str(NEWER_VENV)], check=True)
+        pip = [str(env_python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
+        listed = NEWER_VENV / "requirements.txt"
+        listed.write_text(requirements)
+        installed = subprocess.run([*pip, "-r", str(listed)], capture_output=True, text=True)
+        assert installed.returncode == 0, installed.stdout + installed.stderr
+        stamp.write_text(wanted)
+    home = tmp_path_factory.mktemp("colab-newer")
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("PYTHON", "VIRTUAL_ENV", "JUPYTER", "POSENC_", "PYENV"))}
+    env.update(POSENC_INSTALL_SOURCE=str(ROOT), PIP_DISABLE_PIP_VERSION_CHECK="1",
+               JUPYTER_PATH=str(home / "jupyter"), JUPYTER_DATA_DIR=str(home / "jupyter"),
+               JUPYTER_CONFIG_DIR=str(home / "jupyter"), IPYTHONDIR=str(home / "ipython"),
+               MPLBACKEND="agg", OMP_WAIT_POLICY="PASSIVE")
+    version = run(env_python, "-c", "import sys; print(sys.version.split()[0])", env=env, cwd=home)
+    return env_python, env, version.stdout.strip()
+
+
+@pytest.mark.colab_all
+@pytest.mark.parametrize("notebook", [p.name for p in toc_notebooks()])
+def test_every_chapter_runs_under_a_newer_python(newer_env, notebook, tmp_path):
+    python, env, version = newer_env
+    assert version.split(".")[:2] != ["3", "11"], version
+    subprocess.run([str(python), "-m", "pip", "uninstall", "--quiet", "--yes", "posenc"], env=env,
+                   capture_output=True)
+    assert run(python, "-c", "import posenc", env=env, cwd=tmp_path).returncode != 0
+    copy = tmp_path / notebook  # outside the checkout, as in Colab
+    shutil.copyfile(ROOT / "notebooks" / notebook, copy)
+    executed = run(python, "-c", EXECUTE, str(copy), str(tmp_path), env=env, cwd=tmp_path)
+    assert executed.returncode == 0, f"Python {version}: " + (executed.stdout + executed.stderr)[-6000:]

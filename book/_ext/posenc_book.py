@@ -1,10 +1,32 @@
-"""Small fixes to the HTML the Jupyter Book 1 stack produces, found by tests/test_browser.py.
+"""The book's own Sphinx extension: small fixes to the HTML the Jupyter Book 1 stack produces (found by
+tests/test_browser.py), and what the book derives at build time instead of typing it twice.
 
+- ``ogp_site_url`` (sphinxext-opengraph) is the GitHub Pages URL derived from ``repository.url`` in
+  _config.yml, which jupyter-book hands to Sphinx as ``html_theme_options["repository_url"]``;
+  ``ogp_site_name`` is the book's title (``html_title``).
+- The version (posenc's ``__version__``) and links to the changelog and the citation page are in every
+  page's footer.
+- ``{citation-bibtex}`` prints the BibTeX entry generated from CITATION.cff; ``{chapter-table}`` the
+  teaching page's table of chapters (prerequisites, reading estimate, exercises, measured run time), read
+  from the notebooks (book_chapters.py).
 - Some extensions (sphinx-thebe, sphinx-togglebutton) register their inline scripts twice; the second
   ``const THEBE_JS_URL`` is a JavaScript error in every page's console. Each page keeps one copy.
 - pydata-sphinx-theme reports "invalid theme mode" when no default mode is set; set it to "auto", the
   theme's own default (follow the reader's system setting).
 """
+
+import sys
+from pathlib import Path
+
+from docutils import nodes
+from docutils.statemachine import StringList
+from sphinx.util.docutils import SphinxDirective
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import book_chapters  # noqa: E402
+import book_meta  # noqa: E402
+
+FOOTER_LINKS = [("book/changelog", "Changelog"), ("book/citation", "How to cite")]
 
 
 def _drop_duplicate_scripts(app, pagename, templatename, context, doctree):
@@ -22,7 +44,64 @@ def _default_mode(app, config):
     config.html_context = {"default_mode": "auto", **(config.html_context or {})}
 
 
+def _site_url_and_version(app, config):
+    repository = (config.html_theme_options or {}).get("repository_url")
+    if repository and not config.ogp_site_url:
+        config.ogp_site_url = book_meta.pages_url(repository)
+    if config.ogp_site_name is None:  # its default, `project`, is not set by jupyter-book; the title is
+        config.ogp_site_name = config.html_title
+    config.version = config.release = book_meta.package_version()
+
+
+def _footer(app, pagename, templatename, context, doctree):
+    pathto = context["pathto"]
+    links = " · ".join(f'<a href="{pathto(doc)}">{text}</a>' for doc, text in FOOTER_LINKS if doc in app.env.all_docs)
+    context["theme_extra_footer"] = (f'<p class="posenc-version">Version {app.config.version}'
+                                     + (f" · {links}" if links else "") + "</p>")
+
+
+class CitationBibtex(SphinxDirective):
+    """The BibTeX entry for the book, generated from CITATION.cff."""
+
+    def run(self):
+        path = book_meta.ROOT / "CITATION.cff"
+        self.env.note_dependency(str(path))
+        text = book_meta.bibtex(book_meta.read_citation())
+        block = nodes.literal_block(text, text, language="bibtex")
+        block["classes"].append("citation-bibtex")
+        return [block]
+
+
+class ChapterTable(SphinxDirective):
+    """The chapters, with what each builds on, a reading estimate, its exercises and its measured run time."""
+
+    def run(self):
+        chapter_list = book_chapters.chapters()
+        for chapter in chapter_list:
+            self.env.note_dependency(str(book_chapters.ROOT / f"{chapter.docname}.ipynb"))
+        lines = ["| Chapter | Builds on | Reading (estimate) | Exercises | Run time (recorded) |",
+                 "| :-- | :-- | --: | --: | --: |"]
+        for c in chapter_list:
+            builds_on = book_chapters.format_numbers(c.prerequisites)
+            lines.append(f"| {{doc}}`{c.number}. {c.short_title} </{c.docname}>` | {builds_on} "
+                         f"| {c.reading_minutes} min | {c.exercises} "
+                         f"| {book_chapters.format_run_time(c.run_seconds)} |")
+        recorded = [c.run_seconds for c in chapter_list]
+        total_run = sum(recorded) if None not in recorded else None
+        lines.append(f"| **All {len(chapter_list)} chapters** | | "
+                     f"**{sum(c.reading_minutes for c in chapter_list) / 60:.0f} h** "
+                     f"| **{sum(c.exercises for c in chapter_list)}** "
+                     f"| **{book_chapters.format_run_time(total_run)}** |")
+        container = nodes.container(classes=["chapter-table"])
+        self.state.nested_parse(StringList(lines, source="chapter-table"), self.content_offset, container)
+        return [container]
+
+
 def setup(app):
     app.connect("config-inited", _default_mode)
+    app.connect("config-inited", _site_url_and_version)
+    app.connect("html-page-context", _footer)
     app.connect("html-page-context", _drop_duplicate_scripts, priority=900)  # after the others
+    app.add_directive("citation-bibtex", CitationBibtex)
+    app.add_directive("chapter-table", ChapterTable)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

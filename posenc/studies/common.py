@@ -177,6 +177,19 @@ def format_interval(interval: tuple[float, float, float], digits: int = 2) -> st
     return f"{mean:.{digits}f} [{low:.{digits}f}, {high:.{digits}f}]"
 
 
+def rows_frame(rows: dict, digits: int = 2, *, corner: str | None = None):
+    """The table of ``format_rows`` as a pandas ``DataFrame``, for ``posenc.tables.show`` to display as an
+    HTML table: one row per key of ``rows``, cells ``mean [low, high]`` rounded to ``digits`` (the mean
+    alone for a point), ``--`` where a value is missing; ``corner`` names the columns. The space inside
+    the brackets is a no-break space, so that a narrow column breaks a cell only after its mean."""
+    from ..tables import frame
+
+    def interval_cell(interval):
+        return format_interval(interval, digits).replace(", ", ",\u00a0")
+
+    return frame(rows, interval_cell, corner=corner)
+
+
 def format_rows(rows: dict, digits: int = 2) -> str:
     """A ``table`` as text, one line per row, cells ``mean [low, high]``."""
     labels = list(next(iter(rows.values())))
