@@ -16,22 +16,29 @@ ROOT = Path(__file__).resolve().parent.parent
 SETUP_TAG = "setup"
 
 
-def toc_files() -> list[str]:
-    """Every file entry of _toc.yml (root first), as written there (no suffix)."""
+def toc_entries(root: Path = ROOT) -> list[tuple[str, str]]:
+    """(file, part caption) for every file entry of _toc.yml, root first (caption ""), in reading order;
+    files as written there (no suffix)."""
     import yaml
 
-    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
-    files = [toc["root"]]
+    toc = yaml.safe_load((root / "_toc.yml").read_text())
+    entries = [(toc["root"], "")]
 
-    def walk(entries):
-        for entry in entries or []:
-            if "file" in entry:
-                files.append(entry["file"])
-            walk(entry.get("chapters") or entry.get("sections"))
+    def walk(items, caption):
+        for item in items or []:
+            if "file" in item:
+                entries.append((item["file"], caption))
+            walk(item.get("chapters") or item.get("sections"), caption)
 
-    walk(toc.get("parts") or [])
-    walk(toc.get("chapters") or [])
-    return files
+    for part in toc.get("parts") or []:
+        walk(part.get("chapters"), part.get("caption", ""))
+    walk(toc.get("chapters"), "")
+    return entries
+
+
+def toc_files() -> list[str]:
+    """Every file entry of _toc.yml (root first), as written there (no suffix)."""
+    return [name for name, _ in toc_entries()]
 
 
 def toc_notebooks() -> list[Path]:

@@ -24,7 +24,7 @@ import pytest
 import yaml
 
 from notebook_tools import ROOT, toc_files
-from repository_url import pages_url
+from repository_url import configured, pages_url
 
 pytestmark = pytest.mark.browser
 HTML = ROOT / "_build" / "html"
@@ -102,7 +102,7 @@ class PageVisit:
 
 
 def repository_url() -> str:
-    return yaml.safe_load((ROOT / "_config.yml").read_text())["repository"]["url"].rstrip("/")
+    return configured()["url"].rstrip("/")
 
 
 @pytest.fixture(scope="module")

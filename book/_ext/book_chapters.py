@@ -11,13 +11,14 @@ from __future__ import annotations
 import json
 import math
 import re
+import sys
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-import yaml
-
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests"))
+from notebook_tools import toc_entries  # noqa: E402  (one reader of _toc.yml, shared with the tests)
 
 # Reading-time estimate (stated on the teaching page): prose at 150 words a minute (technical text with
 # formulas), visible code at 20 lines a minute; code folded behind a toggle is not counted.
@@ -77,23 +78,6 @@ def chapter_numbers(text: str) -> set[int]:
                 break
             pos = separator.end()
     return found
-
-
-def toc_entries(root: Path = ROOT) -> list[tuple[str, str]]:
-    """(file, part caption) for every file entry of _toc.yml, root first (caption ""), in reading order."""
-    toc = yaml.safe_load((root / "_toc.yml").read_text())
-    entries = [(toc["root"], "")]
-
-    def walk(items, caption):
-        for item in items or []:
-            if "file" in item:
-                entries.append((item["file"], caption))
-            walk(item.get("chapters") or item.get("sections"), caption)
-
-    for part in toc.get("parts") or []:
-        walk(part.get("chapters"), part.get("caption", ""))
-    walk(toc.get("chapters"), "")
-    return entries
 
 
 def _timestamp(text: str) -> datetime:

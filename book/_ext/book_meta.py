@@ -20,10 +20,6 @@ sys.path.insert(0, str(ROOT / "tests"))
 from repository_url import pages_url  # noqa: E402,F401  (one rule for the Pages address, shared with set-repository)
 
 
-def repository_url(root: Path = ROOT) -> str:
-    return yaml.safe_load((root / "_config.yml").read_text())["repository"]["url"].rstrip("/")
-
-
 def package_version(root: Path = ROOT) -> str:
     """posenc's ``__version__``, read from the source (importing posenc would import torch)."""
     text = (root / "posenc" / "__init__.py").read_text()
