@@ -1,21 +1,42 @@
 """Read a Hugging Face model config as a posenc plan: what each layer does with position.
 
-``plan_from_hf_config(config)`` returns one ``posenc.plan.LayerSpec`` per layer from the config's
-``layer_types``, ``rope_parameters`` (flat, or nested per layer type as in transformers v5),
-``sliding_window``, ``attention_chunk_size``, ``no_rope_layers`` and the family-specific switches. A
-transformers 4.x ``config.json`` (``rope_scaling`` beside a top-level ``rope_theta``) reads the same:
+``plan_from_hf_config(config)`` returns one ``posenc.plan.LayerSpec`` per layer. ``config`` is either a
+transformers (5.x) config object or a ``config.json`` as a dict, exactly as published. Most published files
+are still in transformers 4.x form: ``rope_scaling`` beside a top-level ``rope_theta``, Gemma 3's
+``rope_local_base_freq`` and ``sliding_window_pattern``, Cohere 2's ``sliding_window_pattern``, Phi-3's
+top-level ``original_max_position_embeddings``, Llama 4's ``no_rope_layers: []``, and keys left out because
+they equal the class defaults. So a dict is never read key by key: it goes through transformers' own config
+class (``AutoConfig.for_model(config["model_type"], **config)``), which translates the legacy keys and fills
+in the defaults exactly as ``from_pretrained`` does, and the plan is read from that object. Reading a config
+therefore needs transformers >= 5 installed (it is not a dependency of posenc itself). A multimodal config
+(Llama 4, Gemma 3) is read through its text config: the plan is the text decoder's.
 
-- ``llama4`` (``llama4_text``): ``no_rope_layers[i]`` (1 = RoPE), ``attention_chunk_size``,
-  ``attn_temperature_tuning``, ``floor_scale``, ``attn_scale``; interleaved pairs. RoPE layers with a
-  ``chunk``, NoPE layers with a ``Temperature``.
-- ``gemma3`` (``gemma3_text``): ``layer_types``, nested ``rope_parameters``, ``sliding_window``,
-  ``query_pre_attn_scalar``. RoPE per layer type, a ``window`` on sliding layers, ``softmax_scale``.
-- ``cohere2``: ``layer_types``; RoPE only on the sliding layers, interleaved pairs. RoPE + ``window`` on
-  sliding layers, NoPE on the others.
-- ``gpt_oss``: ``layer_types``, ``sliding_window``, learned ``sinks``. RoPE + ``window`` + ``sinks``.
-- ``smollm3``: ``no_rope_layers[i]`` (1 = RoPE), ``use_sliding_window``. RoPE or NoPE.
-- anything else (llama, qwen2, mistral, phi3, ...): ``rope_parameters`` (``partial_rotary_factor``
-  included). RoPE everywhere.
+Only families whose attention has been checked against transformers' own layers (``tests/test_hf_families.py``,
+a full pass and cached decoding) are read; any other ``model_type`` raises ``ValueError`` rather than
+come back as a plausible plan. The families, and what each layer gets:
+
+- ``llama``, ``qwen2``, ``qwen3``: RoPE on every layer (a window on ``sliding_attention`` layers).
+- ``mistral``, ``phi3``, ``starcoder2``: RoPE and the model-wide ``sliding_window`` on every layer (these
+  configs have no ``layer_types``; Mistral 7B v0.1 and StarCoder2 ship 4096).
+- ``gemma3_text`` (``gemma3``): RoPE per layer type (local base 1e4, global 1e6 with the file's scaling), a
+  ``window`` on sliding layers, ``softmax_scale`` from ``query_pre_attn_scalar``.
+- ``cohere2``: interleaved RoPE + ``window`` on sliding layers, NoPE on the full layers.
+- ``exaone4``: RoPE + ``window`` on sliding layers, NoPE on the full ones (RoPE everywhere without a window).
+- ``gpt_oss``: RoPE (YaRN) on every layer, ``window`` on sliding layers, learned ``sinks``.
+- ``smollm3``: ``no_rope_layers[i]`` (1 = RoPE) chooses RoPE or NoPE.
+- ``llama4_text`` (``llama4``): interleaved RoPE with a ``chunk`` on the ``no_rope_layers`` layers, NoPE with
+  a ``Temperature`` on the others.
+- ``cohere``, ``glm``, ``glm4``: interleaved RoPE on every layer (GLM: on the first half of each head).
+- ``gptj``: interleaved RoPE on the first ``rotary_dim`` features, base 10000.
+
+Pairing comes from each family's Hugging Face model code (``_FAMILIES`` names the function): half-split
+(i with i + d/2) unless marked interleaved (2i with 2i+1).
+
+Refused, with the reason: multi-head latent attention (``deepseek_v2``, ``deepseek_v3``; use
+``posenc.mla``), sparse-attention indexers (``deepseek_v32``), Gemma 3n (layers reuse other layers' keys and
+values), linear-attention, recurrent and state-space layers (``qwen3_next``, ``mamba``, ``jamba``, ...),
+bidirectional encoders (``modernbert``), attention logit soft-capping (``gemma2``), Qwen's dual chunk
+attention, and any ``layer_types`` entry other than full, sliding or chunked attention.
 
 It covers position only: a posenc ``MultiHeadAttention`` also assumes ``head_dim = hidden_size /
 num_attention_heads``, as many key-value heads as query heads and no query/key norms, so the equality
@@ -24,63 +45,233 @@ tests build their Hugging Face models that way (``tests/test_hf_families.py``).
 
 from __future__ import annotations
 
+import copy
+from dataclasses import dataclass
+
 from .plan import LayerSpec, Rope, Temperature
-from .rope.scaling import rope_parameters_for
+from .rope.scaling import ROPE_TYPES, rope_parameters_for
 
-INTERLEAVED_FAMILIES = ("llama4", "llama4_text", "cohere", "cohere2")  # pairs (2i, 2i+1)
-ROPE_ON_SLIDING_ONLY = ("cohere2",)
-
-
-def _get(config, name, default=None):
-    return config.get(name, default) if isinstance(config, dict) else getattr(config, name, default)
+LAYER_TYPES = ("full_attention", "sliding_attention", "chunked_attention")
 
 
-def _legacy_rope_parameters(config) -> dict:
-    """transformers 4.x configs: ``rope_scaling`` (or None) beside a top-level ``rope_theta``."""
-    params = dict(_get(config, "rope_scaling") or {"rope_type": "default"})
-    if _get(config, "rope_theta") is not None:
-        params.setdefault("rope_theta", _get(config, "rope_theta"))
-    if _get(config, "partial_rotary_factor") is not None:
-        params.setdefault("partial_rotary_factor", _get(config, "partial_rotary_factor"))
-    return params
+@dataclass(frozen=True)
+class _Family:
+    """What a family's Hugging Face attention does with position, beyond the config's own fields.
+
+    rope_layers: which layers rotate: ``"all"``, ``"no_rope_layers"`` (``config.no_rope_layers[i]`` = 1),
+        ``"sliding"`` (sliding layers only), ``"sliding_or_all"`` (sliding layers, or all without a window).
+    window_layers: which layers get ``config.sliding_window``: ``"sliding"`` or ``"all"`` (model-wide).
+    """
+
+    interleaved: bool = False
+    rope_layers: str = "all"
+    window_layers: str = "sliding"
+    sinks: bool = False
+
+
+# model_type -> family. The comment names where transformers 5.23's modeling file shows the pairing and,
+# where it differs from Llama, which layers rotate and which slide.
+_FAMILIES = {
+    "llama": _Family(),  # modeling_llama.py rotate_half: x[..., :d/2], x[..., d/2:]
+    "qwen2": _Family(),  # modeling_qwen2.py rotate_half; window only on layer_types' sliding layers
+    "qwen3": _Family(),  # modeling_qwen3.py rotate_half; window only on layer_types' sliding layers
+    "mistral": _Family(window_layers="all"),  # modeling_mistral.py: sliding_window=config.sliding_window, every layer
+    "phi3": _Family(window_layers="all"),  # modeling_phi3.py rotate_half, partial; sliding_window on every layer
+    "starcoder2": _Family(window_layers="all"),  # modeling_starcoder2.py: sliding_window on every layer
+    "gemma3_text": _Family(),  # modeling_gemma3.py rotate_half; per-layer-type rope_parameters
+    "gpt_oss": _Family(sinks=True),  # modeling_gpt_oss.py _apply_rotary_emb: torch.chunk(x, 2) halves
+    "smollm3": _Family(rope_layers="no_rope_layers"),  # modeling_smollm3.py: if self.use_rope
+    "exaone4": _Family(rope_layers="sliding_or_all"),  # modeling_exaone4.py: if sliding_window is None or is_sliding
+    # Interleaved pairs (2i, 2i+1):
+    "llama4_text": _Family(interleaved=True, rope_layers="no_rope_layers"),  # modeling_llama4.py apply_rotary_emb:
+    #   view_as_complex(xq.reshape(..., -1, 2))
+    "cohere": _Family(interleaved=True),  # modeling_cohere.py rotate_half: x[..., ::2]; cos/sin repeat_interleave
+    "cohere2": _Family(interleaved=True, rope_layers="sliding"),  # modeling_cohere2.py rotate_half: x[..., ::2];
+    #   Cohere2Attention.forward rotates only if self.sliding_window is not None
+    "glm": _Family(interleaved=True),  # modeling_glm.py rotate_half: x[..., 0::2]; apply_rotary_pos_emb
+    #   repeat_interleave(2) over the rotary part
+    "glm4": _Family(interleaved=True),  # modeling_glm4.py, as modeling_glm.py
+    "gptj": _Family(interleaved=True),  # modeling_gptj.py rotate_every_two: x[..., ::2], x[..., 1::2]
+}
+
+# Composite (multimodal) model_types whose text config is one of the families above.
+_TEXT_CONFIG_OF = {"llama4": "llama4_text", "gemma3": "gemma3_text"}
+
+_MLA = ("multi-head latent attention: RoPE on a decoupled qk_rope_head_dim slice beside a compressed key-value "
+        "cache, and YaRN's mscale squared in the softmax scale, which a LayerSpec cannot express; build it with "
+        "posenc.mla.MultiHeadLatentAttention")
+_NOT_ATTENTION = "layers that are not softmax attention (linear attention, recurrences or state-space models)"
+_REFUSED = {
+    "deepseek_v2": _MLA,
+    "deepseek_v3": _MLA,
+    "deepseek_v32": "multi-head latent attention with a sparse-attention indexer that picks the keys each query "
+                    "sees (DeepSeek Sparse Attention)",
+    "gemma3n": "its last num_kv_shared_layers layers reuse the keys and values of earlier layers, and its "
+               "attention normalises values and uses a softmax scale of 1",
+    "gemma3n_text": "its last num_kv_shared_layers layers reuse the keys and values of earlier layers, and its "
+                    "attention normalises values and uses a softmax scale of 1",
+    "gemma2": "attention logit soft-capping (attn_logit_softcapping), which posenc's attention does not apply",
+    "modernbert": "a bidirectional encoder: its local window reaches both ways, while a LayerSpec window is causal",
+    "qwen3_next": _NOT_ATTENTION,
+    "qwen3_5": _NOT_ATTENTION,
+    "kimi_linear": _NOT_ATTENTION,
+    "minimax": _NOT_ATTENTION,
+    "mamba": _NOT_ATTENTION,
+    "mamba2": _NOT_ATTENTION,
+    "jamba": _NOT_ATTENTION,
+    "bamba": _NOT_ATTENTION,
+    "zamba": _NOT_ATTENTION,
+    "zamba2": _NOT_ATTENTION,
+    "falcon_h1": _NOT_ATTENTION,
+    "falcon_mamba": _NOT_ATTENTION,
+    "nemotron_h": _NOT_ATTENTION,
+    "granitemoehybrid": _NOT_ATTENTION,
+    "lfm2": _NOT_ATTENTION,
+    "recurrent_gemma": _NOT_ATTENTION,
+    "rwkv": _NOT_ATTENTION,
+    "xlstm": _NOT_ATTENTION,
+}
+
+
+def _require_transformers():
+    try:
+        import transformers
+    except ImportError as error:
+        raise ImportError("plan_from_hf_config reads configs through transformers' own config classes: "
+                          "pip install 'transformers>=5'") from error
+    if int(transformers.__version__.split(".")[0]) < 5:
+        raise ImportError(f"plan_from_hf_config needs transformers >= 5 (its config classes translate published "
+                          f"4.x config.json files), found {transformers.__version__}")
+    return transformers
+
+
+def _check_model_type(model_type) -> None:
+    if model_type in _REFUSED:
+        raise ValueError(f"config.model_type={model_type!r} cannot be expressed as a posenc plan: "
+                         f"{_REFUSED[model_type]}")
+    if model_type not in _FAMILIES and model_type not in _TEXT_CONFIG_OF:
+        raise ValueError(f"config.model_type={model_type!r} is not one posenc has checked against transformers' "
+                         f"attention; supported: {sorted(_FAMILIES) + sorted(_TEXT_CONFIG_OF)}")
+
+
+def _config_object(config):
+    """transformers' config object for ``config`` (a dict goes through ``AutoConfig.for_model``)."""
+    transformers = _require_transformers()
+    if isinstance(config, transformers.PreTrainedConfig):
+        _check_model_type(config.model_type)
+        return config
+    if not isinstance(config, dict):
+        raise TypeError(f"config must be a transformers config object or a config.json dict, "
+                        f"got {type(config).__name__}")
+    if "model_type" not in config:
+        raise ValueError("config['model_type'] is missing: pass the whole config.json")
+    _check_model_type(config["model_type"])
+    text = config.get("text_config", config)
+    if not isinstance(text, dict) or "num_hidden_layers" not in text:
+        raise ValueError("config.num_hidden_layers is missing: pass the whole config.json (a partial dict "
+                         "would be completed with the class defaults)")
+    fields = {key: value for key, value in copy.deepcopy(config).items() if key != "model_type"}
+    return transformers.AutoConfig.for_model(config["model_type"], **fields)
+
+
+def _text_config(config):
+    if config.model_type not in _TEXT_CONFIG_OF:
+        return config
+    text = config.get_text_config(decoder=True)
+    _check_model_type(text.model_type)
+    return text
+
+
+def _layer_types(config, n_layers: int) -> list[str]:
+    layer_types = list(getattr(config, "layer_types", None) or ["full_attention"] * n_layers)
+    if len(layer_types) != n_layers:
+        raise ValueError(f"config.layer_types has {len(layer_types)} entries for "
+                         f"config.num_hidden_layers={n_layers}")
+    for i, layer_type in enumerate(layer_types):
+        if layer_type not in LAYER_TYPES:
+            raise ValueError(f"config.layer_types[{i}]={layer_type!r} is not attention posenc can build; "
+                             f"allowed: {list(LAYER_TYPES)}")
+    return layer_types
+
+
+def _uses_rope(config, family: _Family, i: int, layer_type: str) -> bool:
+    if family.rope_layers == "no_rope_layers":
+        no_rope_layers = config.no_rope_layers  # 1 means the layer USES RoPE
+        if len(no_rope_layers) != config.num_hidden_layers:
+            raise ValueError(f"config.no_rope_layers has {len(no_rope_layers)} entries for "
+                             f"config.num_hidden_layers={config.num_hidden_layers}")
+        return bool(no_rope_layers[i])
+    if family.rope_layers == "sliding":
+        return layer_type == "sliding_attention" and config.sliding_window is not None
+    if family.rope_layers == "sliding_or_all":
+        return config.sliding_window is None or layer_type == "sliding_attention"
+    return True
+
+
+def _window(config, family: _Family, layer_type: str) -> int | None:
+    if config.model_type == "smollm3" and not config.use_sliding_window:
+        return None  # modeling_smollm3.py: config.sliding_window if config.use_sliding_window and sliding
+    if family.window_layers == "all" or layer_type == "sliding_attention":
+        return getattr(config, "sliding_window", None)
+    return None
+
+
+def _head_dim(config) -> int:
+    return getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+
+
+def _rope_parameters(config) -> dict:
+    """The config's ``rope_parameters`` (flat or nested per layer type); GPT-J's fixed base and rotary_dim."""
+    if config.model_type == "gptj":  # modeling_gptj.py create_sinusoidal_positions: base 10000 over rotary_dim
+        params = {"rope_type": "default", "rope_theta": 10000.0}
+        if config.rotary_dim is not None and config.rotary_dim != _head_dim(config):
+            params["partial_rotary_factor"] = config.rotary_dim / _head_dim(config)
+        return params
+    return config.rope_parameters
+
+
+def _rope(config, family: _Family, layer_type: str) -> Rope:
+    params = dict(rope_parameters_for(_rope_parameters(config), layer_type))
+    rope_type = params.get("rope_type", "default")
+    if rope_type not in ROPE_TYPES:
+        raise ValueError(f"config.rope_parameters['rope_type']={rope_type!r} is not one posenc implements; "
+                         f"allowed: {sorted(ROPE_TYPES)}")
+    if params.get("partial_rotary_factor") == 1.0:
+        del params["partial_rotary_factor"]
+    if rope_type == "longrope" and "factor" not in params:
+        params["max_position_embeddings"] = config.max_position_embeddings  # HF derives the factor from it
+    return Rope(scaling=params, interleaved=family.interleaved)
+
+
+def _refuse_unsupported_options(config) -> None:
+    if getattr(config, "attn_logit_softcapping", None) is not None:
+        raise ValueError(f"config.attn_logit_softcapping={config.attn_logit_softcapping} is not applied by "
+                         f"posenc's attention")
+    if getattr(config, "use_bidirectional_attention", False):
+        raise ValueError("config.use_bidirectional_attention is set: posenc's plans are for causal decoders")
+    if getattr(config, "dual_chunk_attention_config", None):
+        raise ValueError("config.dual_chunk_attention_config is set: dual chunk attention remaps positions "
+                         "in a way a plan cannot express")
 
 
 def plan_from_hf_config(config) -> list[LayerSpec]:
-    """One ``LayerSpec`` per layer of a Hugging Face config (object or dict), see the module docstring."""
-    model_type = _get(config, "model_type", "")
-    n_layers = _get(config, "num_hidden_layers")
-    if not isinstance(n_layers, int) or n_layers < 1:
-        raise ValueError(f"config.num_hidden_layers must be a positive integer, got {n_layers!r}")
-    layer_types = _get(config, "layer_types") or ["full_attention"] * n_layers
-    no_rope_layers = _get(config, "no_rope_layers")  # llama4 and smollm3: 1 means the layer USES RoPE
-    rope_parameters = _get(config, "rope_parameters") or _legacy_rope_parameters(config)
-    head_dim = _get(config, "head_dim") or _get(config, "hidden_size") // _get(config, "num_attention_heads")
-    pre_attn = _get(config, "query_pre_attn_scalar")
-    softmax_scale = None if pre_attn is None or pre_attn == head_dim else float(pre_attn) ** -0.5
-    interleaved = model_type in INTERLEAVED_FAMILIES
+    """One ``LayerSpec`` per layer of a Hugging Face config (transformers >= 5 object, or a ``config.json``
+    dict as published); see the module docstring for the families read and those refused."""
+    config = _text_config(_config_object(config))
+    family = _FAMILIES[config.model_type]
+    _refuse_unsupported_options(config)
+    n_layers = config.num_hidden_layers
+    pre_attn = getattr(config, "query_pre_attn_scalar", None)
+    softmax_scale = None if pre_attn is None or pre_attn == _head_dim(config) else float(pre_attn) ** -0.5
     plan = []
-    for i, layer_type in enumerate(layer_types):
-        uses_rope = True
-        if no_rope_layers is not None:
-            uses_rope = bool(no_rope_layers[i])
-        if model_type in ROPE_ON_SLIDING_ONLY:
-            uses_rope = layer_type == "sliding_attention"
-        window = chunk = temperature = None
-        if layer_type == "sliding_attention" and (model_type != "smollm3" or _get(config, "use_sliding_window")):
-            window = _get(config, "sliding_window")
-        if layer_type == "chunked_attention":
-            chunk = _get(config, "attention_chunk_size")
-        if not uses_rope and _get(config, "attn_temperature_tuning"):
-            temperature = Temperature(floor_scale=_get(config, "floor_scale"), scale=_get(config, "attn_scale"))
-        rope = None
-        if uses_rope:
-            params = dict(rope_parameters_for(rope_parameters, layer_type))
-            partial = _get(config, "partial_rotary_factor")
-            if partial not in (None, 1.0) and "partial_rotary_factor" not in params:
-                params["partial_rotary_factor"] = partial
-            if params.get("rope_type") == "longrope" and "factor" not in params:
-                params["max_position_embeddings"] = _get(config, "max_position_embeddings")  # HF derives factor
-            rope = Rope(scaling=params, interleaved=interleaved)
-        plan.append(LayerSpec("rope" if uses_rope else "none", rope=rope, window=window, chunk=chunk,
-                              temperature=temperature, sinks=model_type == "gpt_oss", softmax_scale=softmax_scale))
+    for i, layer_type in enumerate(_layer_types(config, n_layers)):
+        uses_rope = _uses_rope(config, family, i, layer_type)
+        temperature = None
+        if not uses_rope and getattr(config, "attn_temperature_tuning", False):
+            temperature = Temperature(floor_scale=config.floor_scale, scale=config.attn_scale)
+        chunk = config.attention_chunk_size if layer_type == "chunked_attention" else None
+        plan.append(LayerSpec("rope" if uses_rope else "none",
+                              rope=_rope(config, family, layer_type) if uses_rope else None,
+                              window=_window(config, family, layer_type), chunk=chunk, temperature=temperature,
+                              sinks=family.sinks, softmax_scale=softmax_scale))
     return plan

@@ -17,16 +17,12 @@ from torch import nn
 
 transformers = pytest.importorskip("transformers")
 
-import posenc  # noqa: E402
 from posenc.hf_config import plan_from_hf_config  # noqa: E402
 from posenc.plan import LayerSpec, Rope, Temperature  # noqa: E402
-from hf_layers import copy_weights, largest_differences, record_attention  # noqa: E402
+from hf_layers import check_layer, unit_embeddings  # noqa: E402
 
 SIZES = dict(vocab_size=100, hidden_size=64, intermediate_size=64, num_attention_heads=4, num_key_value_heads=4,
              head_dim=16, max_position_embeddings=512)
-SEQ, STEPS = 40, 10  # the last STEPS tokens are decoded one at a time
-TOLERANCE = 2e-6     # relative to the largest output; float32 round-off differs in the order of operations
-LARGEST = {}         # family -> (full, cached, cached vs own full pass), printed by the last test
 
 
 def build(config_class, model_class, **overrides):
@@ -34,26 +30,6 @@ def build(config_class, model_class, **overrides):
     config = config_class(**{**SIZES, **overrides})
     config._attn_implementation = "eager"
     return config, model_class(config).eval()
-
-
-def check_layer(name, config, model, layer_index, expected_spec, *, prepare=None):
-    spec = plan_from_hf_config(config)[layer_index]
-    assert spec == expected_spec, f"{name}: plan_from_hf_config gave {spec.describe()}"
-    hf_attention = model.model.layers[layer_index].self_attn
-    if prepare is not None:
-        prepare(hf_attention)
-    with torch.no_grad():  # weights of std 0.25 (not HF's 0.02): sharp attention and outputs of order 1
-        for parameter_name, parameter in hf_attention.named_parameters():
-            if parameter_name.endswith("weight"):
-                parameter.normal_(0.0, 0.25, generator=torch.Generator().manual_seed(layer_index))
-    ids = torch.randint(0, SIZES["vocab_size"], (1, SEQ), generator=torch.Generator().manual_seed(1))
-    full, cached = record_attention(model, hf_attention, ids, steps=STEPS)
-    layer = copy_weights(hf_attention, posenc.MultiHeadAttention.from_spec(64, 4, spec), sinks=spec.sinks)
-    scale = full[0][1].abs().max().item()
-    assert scale > 0.5, "outputs too small for the tolerance to mean anything"
-    differences = largest_differences(layer, full, cached)
-    LARGEST[name] = (scale, *differences)
-    assert max(differences) < TOLERANCE * scale, f"{name}: largest differences {differences}, outputs up to {scale}"
 
 
 def test_llama4_rope_layer_with_chunks_and_nope_layer_with_temperature():
@@ -140,3 +116,79 @@ def test_phi3_longrope_with_partial_rotary():
     spec = plan_from_hf_config(config)[0]
     assert spec.rope.scaling["rope_type"] == "longrope"
     check_layer("Phi-3 longrope, partial 0.5", config, model, 0, spec)
+
+
+DEFAULT_ROPE = {"rope_type": "default", "rope_theta": 10000.0}
+
+
+@pytest.mark.parametrize("family", ["mistral", "starcoder2"])
+def test_model_wide_sliding_window_is_on_every_layer(family):
+    # Mistral 7B v0.1 and StarCoder2 have no layer_types: modeling_mistral.py / modeling_starcoder2.py pass
+    # sliding_window=config.sliding_window to every layer's attention
+    from transformers import MistralConfig, MistralForCausalLM, Starcoder2Config, Starcoder2ForCausalLM
+    classes = {"mistral": (MistralConfig, MistralForCausalLM), "starcoder2": (Starcoder2Config, Starcoder2ForCausalLM)}
+    config, model = build(*classes[family], num_hidden_layers=2, sliding_window=12)
+    for layer_index in (0, 1):
+        check_layer(f"{family} layer {layer_index} (window 12)", config, model, layer_index,
+                    LayerSpec("rope", rope=Rope(scaling=DEFAULT_ROPE), window=12))
+
+
+@pytest.mark.parametrize("family", ["glm", "glm4"])
+def test_glm_rotates_interleaved_pairs_of_half_the_head(family):
+    # modeling_glm4.py rotate_half takes x[..., 0::2] and x[..., 1::2], with cos/sin repeat_interleave'd: pairs
+    # (2i, 2i+1) within the first partial_rotary_factor (0.5) of each head
+    from transformers import GlmConfig, GlmForCausalLM, Glm4Config, Glm4ForCausalLM
+    classes = {"glm": (GlmConfig, GlmForCausalLM), "glm4": (Glm4Config, Glm4ForCausalLM)}
+    config, model = build(*classes[family], num_hidden_layers=1, pad_token_id=0)
+    rope = Rope(scaling={**DEFAULT_ROPE, "partial_rotary_factor": 0.5}, interleaved=True)
+    check_layer(f"{family} (interleaved, partial 0.5)", config, model, 0, LayerSpec("rope", rope=rope))
+
+
+def test_gptj_rotates_interleaved_pairs_of_its_rotary_dim():
+    # modeling_gptj.py rotate_every_two over the first rotary_dim features, base 10000 (create_sinusoidal_positions)
+    from transformers import GPTJConfig, GPTJForCausalLM
+    torch.manual_seed(0)
+    config = GPTJConfig(vocab_size=100, n_embd=64, n_head=4, n_layer=1, n_positions=512, rotary_dim=8)
+    config._attn_implementation = "eager"
+    model = GPTJForCausalLM(config).eval()
+    rope = Rope(scaling={**DEFAULT_ROPE, "partial_rotary_factor": 0.5}, interleaved=True)
+    check_layer("GPT-J (interleaved, rotary_dim 8 of 16)", config, model, 0, LayerSpec("rope", rope=rope))
+
+
+def test_cohere_rotates_interleaved_pairs():
+    # modeling_cohere.py rotate_half takes x[..., ::2]; CohereRotaryEmbedding repeat_interleaves the angles
+    from transformers import CohereConfig, CohereForCausalLM
+    config, model = build(CohereConfig, CohereForCausalLM, num_hidden_layers=1, pad_token_id=0,
+                          rope_parameters=DEFAULT_ROPE)
+    check_layer("Cohere (interleaved)", config, model, 0,
+                LayerSpec("rope", rope=Rope(scaling=DEFAULT_ROPE, interleaved=True)))
+
+
+def _without_qk_norm(attention):
+    attention.q_norm, attention.k_norm = nn.Identity(), nn.Identity()
+
+
+def test_exaone4_sliding_rope_and_global_nope():
+    # modeling_exaone4.py: RoPE only "if self.sliding_window is None or self.is_sliding" (global NoPE)
+    from transformers import Exaone4Config, Exaone4ForCausalLM
+    config, model = build(Exaone4Config, Exaone4ForCausalLM, num_hidden_layers=4, sliding_window=12,
+                          sliding_window_pattern=4, rope_parameters=DEFAULT_ROPE)
+    unit_embeddings(model)
+    check_layer("EXAONE 4 sliding RoPE layer", config, model, 0,
+                LayerSpec("rope", rope=Rope(scaling=DEFAULT_ROPE), window=12), prepare=_without_qk_norm)
+    check_layer("EXAONE 4 global NoPE layer", config, model, 3, LayerSpec("none"), prepare=_without_qk_norm)
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2", "qwen3"])
+def test_half_split_families_with_and_without_a_window(family):
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM
+    classes = {"llama": (LlamaConfig, LlamaForCausalLM), "qwen2": (Qwen2Config, Qwen2ForCausalLM),
+               "qwen3": (Qwen3Config, Qwen3ForCausalLM)}
+    window = {} if family == "llama" else dict(use_sliding_window=True, sliding_window=12, max_window_layers=1)
+    config, model = build(*classes[family], num_hidden_layers=2, rope_parameters=DEFAULT_ROPE, **window)
+    prepare = _without_qk_norm if family == "qwen3" else None
+    rope = Rope(scaling=DEFAULT_ROPE)
+    check_layer(f"{family} full layer", config, model, 0, LayerSpec("rope", rope=rope), prepare=prepare)
+    if family != "llama":  # Qwen's layer_types: sliding from max_window_layers on
+        check_layer(f"{family} sliding layer", config, model, 1, LayerSpec("rope", rope=rope, window=12),
+                    prepare=prepare)
