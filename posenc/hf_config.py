@@ -166,12 +166,14 @@ def _config_object(config):
     if "model_type" not in config:
         raise ValueError("config['model_type'] is missing: pass the whole config.json")
     _check_model_type(config["model_type"])
+    config_class = transformers.AutoConfig.for_model(config["model_type"]).__class__
     text = config.get("text_config", config)
-    if not isinstance(text, dict) or "num_hidden_layers" not in text:
+    layer_keys = ("num_hidden_layers", config_class.attribute_map.get("num_hidden_layers"))  # GPT-J: n_layer
+    if not isinstance(text, dict) or not any(key in text for key in layer_keys):
         raise ValueError("config.num_hidden_layers is missing: pass the whole config.json (a partial dict "
                          "would be completed with the class defaults)")
     fields = {key: value for key, value in copy.deepcopy(config).items() if key != "model_type"}
-    return transformers.AutoConfig.for_model(config["model_type"], **fields)
+    return config_class(**fields)
 
 
 def _text_config(config):

@@ -150,6 +150,68 @@ EXAONE_4_32B = {
 }
 
 
+# mistralai/Mistral-7B-v0.1 config.json (transformers 4.37.2), as printed by MistralConfig in a public notebook
+# (found in the code index; the printout adds "_name_or_path"). A model-wide sliding_window, no layer_types.
+MISTRAL_7B_V01 = {
+    "_name_or_path": "mistralai/Mistral-7B-v0.1", "architectures": ["MistralForCausalLM"], "attention_dropout": 0.0,
+    "bos_token_id": 1, "eos_token_id": 2, "hidden_act": "silu", "hidden_size": 4096, "initializer_range": 0.02,
+    "intermediate_size": 14336, "max_position_embeddings": 32768, "model_type": "mistral", "num_attention_heads": 32,
+    "num_hidden_layers": 32, "num_key_value_heads": 8, "rms_norm_eps": 1e-05, "rope_theta": 10000.0,
+    "sliding_window": 4096, "tie_word_embeddings": False, "torch_dtype": "bfloat16", "transformers_version": "4.37.2",
+    "use_cache": True, "vocab_size": 32000,
+}
+
+# bigcode/starcoder2-3b, as NVIDIA/TensorRT-LLM's StarCoder2 tests write it ("based on HuggingFace configs": the
+# shared base dict plus the 3B entry), with num_hidden_layers put back to 30 ("Reduced from 30/32/40 for testing").
+STARCODER2_3B = {
+    "architectures": ["Starcoder2ForCausalLM"], "attention_dropout": 0.1, "residual_dropout": 0.1,
+    "embedding_dropout": 0.1, "bos_token_id": 0, "eos_token_id": 0, "hidden_act": "gelu_pytorch_tanh",
+    "max_position_embeddings": 16384, "mlp_type": "default", "model_type": "starcoder2", "norm_epsilon": 1e-5,
+    "num_hidden_layers": 30, "sliding_window": 4096, "transformers_version": "4.37.0.dev0", "use_bias": True,
+    "use_cache": True, "vocab_size": 49152, "torch_dtype": "bfloat16", "hidden_size": 3072,
+    "initializer_range": 0.018042, "intermediate_size": 12288, "num_attention_heads": 24, "num_key_value_heads": 2,
+    "rope_theta": 999999.4420358813,
+}
+
+# Qwen/Qwen2.5-7B-Instruct config.json (transformers 4.43.3), as embedded in public benchmark scripts (found in the
+# code index; they add "_name_or_path"). use_sliding_window is false: transformers drops the window.
+QWEN_25_7B_INSTRUCT = {
+    "_name_or_path": "Qwen/Qwen2.5-7B-Instruct", "architectures": ["Qwen2ForCausalLM"], "attention_dropout": 0.0,
+    "bos_token_id": 151643, "eos_token_id": 151645, "hidden_act": "silu", "hidden_size": 3584,
+    "initializer_range": 0.02, "intermediate_size": 18944, "max_position_embeddings": 32768, "max_window_layers": 28,
+    "model_type": "qwen2", "num_attention_heads": 28, "num_hidden_layers": 28, "num_key_value_heads": 4,
+    "rms_norm_eps": 1e-06, "rope_theta": 1000000.0, "sliding_window": None, "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16", "transformers_version": "4.43.3", "use_cache": True, "use_sliding_window": False,
+    "vocab_size": 152064,
+}
+
+# EleutherAI/gpt-j-6b config.json (transformers 4.18.0.dev0), as written out in a public architecture table (found
+# in the code index). rotary_dim 64 of a 256-wide head.
+GPT_J_6B = {
+    "activation_function": "gelu_new", "architectures": ["GPTJForCausalLM"], "attn_pdrop": 0.0, "bos_token_id": 50256,
+    "embd_pdrop": 0.0, "eos_token_id": 50256, "gradient_checkpointing": False, "initializer_range": 0.02,
+    "layer_norm_epsilon": 1e-05, "model_type": "gptj", "n_embd": 4096, "n_head": 16, "n_inner": None, "n_layer": 28,
+    "n_positions": 2048, "resid_pdrop": 0.0, "rotary": True, "rotary_dim": 64, "scale_attn_weights": True,
+    "summary_activation": None, "summary_first_dropout": 0.1, "summary_proj_to_labels": True,
+    "summary_type": "cls_index", "summary_use_proj": True,
+    "task_specific_params": {"text-generation": {"do_sample": True, "max_length": 50, "temperature": 1.0}},
+    "tie_word_embeddings": False, "tokenizer_class": "GPT2Tokenizer", "transformers_version": "4.18.0.dev0",
+    "use_cache": True, "vocab_size": 50400,
+}
+
+# SmolLM3-3B: the dict a public project pins as "the official 3B" (HuggingFaceTB/SmolLM3-3B-Base's architecture;
+# found in the code index). It names no_rope_layer_interval 4 rather than the per-layer no_rope_layers list.
+SMOLLM3_3B = {
+    "architectures": ["SmolLM3ForCausalLM"], "attention_bias": False, "attention_dropout": 0.0, "bos_token_id": None,
+    "eos_token_id": 128001, "hidden_act": "silu", "hidden_size": 2048, "initializer_range": 0.02,
+    "intermediate_size": 11008, "max_position_embeddings": 65536, "model_type": "smollm3",
+    "no_rope_layer_interval": 4, "num_attention_heads": 16, "num_hidden_layers": 36, "num_key_value_heads": 4,
+    "pad_token_id": 128004, "pretraining_tp": 2, "rms_norm_eps": 1e-06, "rope_scaling": None, "rope_theta": 5000000.0,
+    "sliding_window": None, "tie_word_embeddings": True, "torch_dtype": "bfloat16", "use_cache": True,
+    "use_sliding_window": False, "vocab_size": 128256,
+}
+
+
 def layers_described(plan) -> Counter:
     return Counter(spec.describe() for spec in plan)
 
@@ -195,6 +257,41 @@ def test_exaone_4_32b_global_layers_are_nope():
     assert layers_described(plan) == {"rope(base=1e+06, llama3 x16) window=4096": 48, "none": 16}
     assert [i for i, spec in enumerate(plan) if spec.position == "none"] == every_nth_layer(4, 64)
 
+
+
+def test_mistral_7b_v01_slides_on_every_layer():
+    assert layers_described(plan_from_hf_config(MISTRAL_7B_V01)) == {"rope(base=10000) window=4096": 32}
+
+
+def test_starcoder2_3b_slides_on_every_layer():
+    plan = plan_from_hf_config(STARCODER2_3B)
+    assert len(plan) == 30 and all(spec.window == 4096 and spec.rope.scaling["rope_theta"] == 999999.4420358813
+                                   for spec in plan)
+
+
+def test_qwen_25_7b_has_no_window_when_use_sliding_window_is_false():
+    assert layers_described(plan_from_hf_config(QWEN_25_7B_INSTRUCT)) == {"rope(base=1e+06)": 28}
+
+
+def test_gpt_j_6b_rotates_interleaved_pairs_of_a_quarter_of_each_head():
+    assert layers_described(plan_from_hf_config(GPT_J_6B)) == {"rope(base=10000, partial 0.25, interleaved)": 28}
+
+
+def test_smollm3_3b_every_4th_layer_is_nope():
+    plan = plan_from_hf_config(SMOLLM3_3B)
+    assert layers_described(plan) == {"rope(base=5e+06)": 27, "none": 9}
+    assert [i for i, spec in enumerate(plan) if spec.position == "none"] == every_nth_layer(4, 36)
+
+
+def test_mistral_7b_v01_layers_equal_hugging_face():
+    text = {**MISTRAL_7B_V01, **SMALL, "num_hidden_layers": 1, "sliding_window": 12}
+    check_published_layers("Mistral 7B v0.1", text, [0])
+
+
+def test_gpt_j_6b_layers_equal_hugging_face():
+    text = {**GPT_J_6B, "vocab_size": 100, "n_embd": 64, "n_head": 4, "n_layer": 1, "rotary_dim": 8,
+            "bos_token_id": 0, "eos_token_id": 0}
+    check_published_layers("GPT-J 6B", text, [0])
 
 @pytest.mark.parametrize("published", [LLAMA_31_8B_INSTRUCT, LLAMA_4_SCOUT, PHI_35_MINI_INSTRUCT, EXAONE_4_32B])
 def test_a_published_dict_is_left_as_it_was(published):
@@ -252,3 +349,86 @@ def test_phi_35_mini_layers_equal_hugging_face():
 def test_exaone_4_32b_layers_equal_hugging_face():
     text = {**EXAONE_4_32B, **SMALL, "num_hidden_layers": 4, "sliding_window": 12}
     check_published_layers("EXAONE 4.0 32B", text, [0, 3], prepare=_without_qk_norm, post_norm=True)
+
+
+# Families posenc cannot express are refused with the reason, never read as a plausible plan.
+
+# DeepSeek-V3: not a full published file (none was found without the network). The position fields of
+# deepseek-ai/DeepSeek-V3's config.json as a public reference implementation lists them (its DEEPSEEK_V3_*
+# constants; the review checked the same values): MLA with a 64-dim decoupled rotary slice and YaRN x40.
+DEEPSEEK_V3_POSITION_FIELDS = {
+    "model_type": "deepseek_v3", "hidden_size": 7168, "num_hidden_layers": 61, "num_attention_heads": 128,
+    "kv_lora_rank": 512, "q_lora_rank": 1536, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128,
+    "max_position_embeddings": 163840, "rope_theta": 10000.0,
+    "rope_scaling": {"factor": 40.0, "mscale": 1.0, "mscale_all_dim": 1.0, "beta_fast": 32.0, "beta_slow": 1.0,
+                     "type": "yarn", "original_max_position_embeddings": 4096},
+}
+
+# Gemma 3n E4B: not the full published file; the text_config fields a public config parser's test writes out
+# for google/gemma-3n-E4B (layer_types there come from Gemma3nTextConfig's defaults, left out here).
+GEMMA_3N_E4B_TEXT_FIELDS = {
+    "model_type": "gemma3n",
+    "text_config": {
+        "model_type": "gemma3n_text", "vocab_size": 262400, "vocab_size_per_layer_input": 262144,
+        "hidden_size": 2048, "hidden_size_per_layer_input": 256, "intermediate_size": 16384, "num_hidden_layers": 35,
+        "num_attention_heads": 8, "num_key_value_heads": 2, "head_dim": 256, "max_position_embeddings": 32768,
+        "sliding_window": 512, "rms_norm_eps": 1e-6, "rope_theta": 1000000.0, "rope_local_base_freq": 10000.0,
+        "final_logit_softcapping": 30.0, "altup_active_idx": 0, "altup_coef_clip": 120.0, "altup_correct_scale": True,
+        "altup_num_inputs": 4, "laurel_rank": 64, "num_kv_shared_layers": 15, "query_pre_attn_scalar": 256,
+    },
+}
+
+
+@pytest.mark.parametrize("published, names", [
+    (DEEPSEEK_V3_POSITION_FIELDS, ["deepseek_v3", "latent attention", "posenc.mla"]),
+    (GEMMA_3N_E4B_TEXT_FIELDS, ["gemma3n", "num_kv_shared_layers"]),
+])
+def test_published_families_posenc_cannot_express_are_refused(published, names):
+    with pytest.raises(ValueError) as error:
+        plan_from_hf_config(published)
+    for name in names:
+        assert name in str(error.value)
+
+
+@pytest.mark.parametrize("model_type, reason", [
+    ("qwen3_next", "linear attention"), ("mamba", "state-space"), ("jamba", "state-space"),
+    ("modernbert", "bidirectional"), ("gemma2", "attn_logit_softcapping"), ("deepseek_v32", "indexer"),
+    ("deepseek_v2", "posenc.mla"),
+])
+def test_config_objects_of_refused_families_name_the_reason(model_type, reason):
+    config = transformers.AutoConfig.for_model(model_type)
+    with pytest.raises(ValueError, match=model_type) as error:
+        plan_from_hf_config(config)
+    assert reason in str(error.value)
+
+
+def test_a_model_type_not_checked_against_hugging_face_is_refused():
+    for config in (transformers.AutoConfig.for_model("bert"), {"model_type": "falcon", "num_hidden_layers": 2}):
+        with pytest.raises(ValueError, match="is not one posenc has checked"):
+            plan_from_hf_config(config)
+
+
+def test_a_layer_type_that_is_not_attention_is_refused():
+    config = transformers.AutoConfig.for_model("qwen3", num_hidden_layers=4)
+    config.layer_types[2] = "linear_attention"
+    with pytest.raises(ValueError, match=r"config.layer_types\[2\]='linear_attention'"):
+        plan_from_hf_config(config)
+
+
+@pytest.mark.parametrize("model_type, option, value", [
+    ("gemma3_text", "attn_logit_softcapping", 50.0),
+    ("gemma3_text", "use_bidirectional_attention", True),
+    ("qwen2", "dual_chunk_attention_config", {"chunk_size": 262144, "local_size": 8192,
+                                              "original_max_position_embeddings": 262144}),
+])
+def test_options_a_plan_cannot_express_are_refused(model_type, option, value):
+    config = transformers.AutoConfig.for_model(model_type, num_hidden_layers=2, **{option: value})
+    with pytest.raises(ValueError, match=f"config.{option}"):
+        plan_from_hf_config(config)
+
+
+def test_what_is_not_a_config_is_refused():
+    with pytest.raises(TypeError, match="config must be a transformers config object or a config.json dict"):
+        plan_from_hf_config(["llama"])
+    with pytest.raises(ValueError, match=r"config\['model_type'\] is missing"):
+        plan_from_hf_config({"num_hidden_layers": 2})
