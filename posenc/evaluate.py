@@ -65,12 +65,21 @@ def _windows(data: torch.Tensor, starts: torch.Tensor, length: int) -> torch.Ten
     return data[starts[:, None] + torch.arange(length + 1)]
 
 
-def _next_token_losses(model: torch.nn.Module, windows: torch.Tensor) -> torch.Tensor:
-    """Loss (nats) of predicting ``windows[:, 1:]`` from ``windows[:, :-1]``: ``[batch, length]``."""
+def _next_token_losses(model: torch.nn.Module, windows: torch.Tensor, bos: int | None = None) -> torch.Tensor:
+    """Loss (nats) of predicting ``windows[:, 1:]`` from ``windows[:, :-1]``: ``[batch, length]``.
+
+    With ``bos``, the model reads ``[bos, windows[:, :-2]]`` and predicts ``windows[:, :-1]`` instead:
+    the same number of positions, the first one given to the BOS token (the window's last token unused).
+    """
     device = next(model.parameters()).device
     windows = windows.to(device)
-    logits = model(windows[:, :-1]).float()
-    losses = F.cross_entropy(logits.transpose(1, 2), windows[:, 1:], reduction="none")
+    if bos is None:
+        inputs, targets = windows[:, :-1], windows[:, 1:]
+    else:
+        inputs = torch.cat([torch.full_like(windows[:, :1], bos), windows[:, :-2]], dim=1)
+        targets = windows[:, :-1]
+    logits = model(inputs).float()
+    losses = F.cross_entropy(logits.transpose(1, 2), targets, reduction="none")
     return losses.cpu()
 
 
@@ -84,7 +93,7 @@ def _check_data(data: torch.Tensor) -> torch.Tensor:
 
 @torch.no_grad()
 def token_losses(model: torch.nn.Module, data: torch.Tensor, length: int, *, n_windows: int | None = None,
-                 span: int | None = None, batch_size: int = 8) -> torch.Tensor:
+                 span: int | None = None, batch_size: int = 8, bos: int | None = None) -> torch.Tensor:
     """Next-token loss of every token in windows spread over ``data`` (see ``window_starts``).
 
     Args:
@@ -95,6 +104,8 @@ def token_losses(model: torch.nn.Module, data: torch.Tensor, length: int, *, n_w
         span: cut the windows from spans of this many tokens (see ``window_starts``), so that
             several lengths score the same text.
         batch_size: windows per forward pass.
+        bos: a token the model reads first (``posenc.tasks.BOS`` for models trained with one); entry
+            ``[w, t]`` is then the loss of token ``t`` of window ``w`` given ``bos`` and tokens ``0..t-1``.
 
     Returns:
         float32 ``[windows, length]``: entry ``[w, t]`` is the loss (nats) of predicting token ``t + 1``
@@ -103,7 +114,7 @@ def token_losses(model: torch.nn.Module, data: torch.Tensor, length: int, *, n_w
     data, length = _check_data(data), check_int("length", length)
     starts = window_starts(data.numel(), length, n_windows, span=span)
     model.eval()
-    return torch.cat([_next_token_losses(model, _windows(data, starts[i:i + batch_size], length))
+    return torch.cat([_next_token_losses(model, _windows(data, starts[i:i + batch_size], length), bos)
                       for i in range(0, len(starts), check_int("batch_size", batch_size))])
 
 
@@ -117,7 +128,7 @@ def _segment_starts(length: int, context: int, stride: int) -> torch.Tensor:
 @torch.no_grad()
 def truncated_token_losses(model: torch.nn.Module, data: torch.Tensor, length: int, context: int, *,
                            n_windows: int | None = None, span: int | None = None,
-                           stride: int | None = None, batch_size: int = 8) -> torch.Tensor:
+                           stride: int | None = None, batch_size: int = 8, bos: int | None = None) -> torch.Tensor:
     """``token_losses`` on the same windows, each token predicted from at most ``context`` tokens.
 
     The truncated-context baseline (sliding-window evaluation): the window is cut into segments of
@@ -126,7 +137,8 @@ def truncated_token_losses(model: torch.nn.Module, data: torch.Tensor, length: i
     that gives it the most context. The first ``context`` tokens are scored exactly as by
     ``token_losses``; every later token sees between ``context - stride + 1`` and ``context`` tokens.
     Any model evaluated this way never reads more than ``context`` tokens at once, so it is the
-    baseline for a claim that a model *uses* context beyond ``context``.
+    baseline for a claim that a model *uses* context beyond ``context``. With ``bos``, every segment
+    starts with it, as every window did in training (see ``token_losses``).
 
     Returns:
         float32 ``[windows, length]``, aligned with ``token_losses(model, data, length, ...)``.
@@ -134,7 +146,7 @@ def truncated_token_losses(model: torch.nn.Module, data: torch.Tensor, length: i
     data, length = _check_data(data), check_int("length", length)
     context = check_int("context", context)
     if context >= length:
-        return token_losses(model, data, length, n_windows=n_windows, span=span, batch_size=batch_size)
+        return token_losses(model, data, length, n_windows=n_windows, span=span, batch_size=batch_size, bos=bos)
     stride = max(1, context // 4) if stride is None else check_int("stride", stride)
     if stride > context:
         raise ValueError(f"stride must be <= context={context}, got {stride}")
@@ -151,7 +163,7 @@ def truncated_token_losses(model: torch.nn.Module, data: torch.Tensor, length: i
         windows = _windows(data, starts[i:i + batch_size], length)  # [b, length + 1]
         segments = windows[:, segment_index]  # [b, segments, context + 1]
         pieces = segments.flatten(0, 1).split(batch_size)  # batch_size segments per forward pass
-        losses = torch.cat([_next_token_losses(model, piece) for piece in pieces])
+        losses = torch.cat([_next_token_losses(model, piece, bos) for piece in pieces])
         losses = losses.view(windows.shape[0], len(segment_starts), context)
         out.append(losses[:, segment_of, index_in_segment])
     return torch.cat(out)

@@ -197,3 +197,136 @@ def evaluate_task(model: nn.Module, task: str, n: int, *, alphabet: int, distinc
         predicted.append(greedy_answers(model, tokens[:, :n + 1].to(device), n, positions=positions).cpu())
         answers.append(tokens[:, n + 1:])
     return score_answers(torch.cat(predicted), torch.cat(answers))
+
+
+# ---- long-range tasks for byte-level language models -----------------------------------------------------
+# Each task plants a retrieval in a window of real text that starts with BOS, so that it can be mixed
+# into language-model training and used as a probe at any length. The planted symbols are bytes the
+# corpus does not use (128..255: the standard library's sources are ASCII but for a few dozen bytes), so
+# the only way to predict them is to find their earlier occurrence: a clean induction match whose
+# source distance the task controls. Every function returns ``(tokens, targets)``, each
+# ``[batch, length]``; ``targets`` are -100 except on the task's scored tokens (``score_text=True``
+# also scores the text, as language-modelling targets).
+
+BOS = 2  # ASCII STX, "start of text": a byte the corpus never contains (tested), fixed at position 0
+COPY_SYMBOLS = (128, 192)  # the copied block's alphabet: 64 byte values, range [low, high)
+KEY_SYMBOLS, VALUE_SYMBOLS = (128, 192), (192, 256)  # associative recall: keys and values apart
+
+
+def bos_windows(data: torch.Tensor, batch_size: int, length: int, *,
+                generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Random text windows that start with ``BOS``: inputs ``[BOS, x_0 .. x_{length-2}]`` and
+    next-token targets ``[x_0 .. x_{length-1}]``, each ``[batch_size, length]``."""
+    batch_size, length = check_int("batch_size", batch_size), check_int("length", length, minimum=2)
+    if data.dim() != 1 or data.numel() < length:
+        raise ValueError(f"data must be 1-D with at least length={length} tokens, got {tuple(data.shape)}")
+    starts = torch.randint(0, data.numel() - length + 1, (batch_size,), generator=generator)
+    targets = data[starts[:, None] + torch.arange(length)]
+    tokens = torch.cat([torch.full((batch_size, 1), BOS), targets[:, :-1]], dim=1)
+    return tokens, targets
+
+
+def _draw(spec, batch_size: int, generator) -> torch.Tensor:
+    """``[batch_size]`` ints: ``spec`` itself (an int, or a LongTensor ``[batch_size]`` of per-row values),
+    or uniform draws from an inclusive range ``(low, high)``."""
+    if isinstance(spec, torch.Tensor):
+        if spec.shape != (batch_size,):
+            raise ValueError(f"per-row values must be a tensor [batch_size] = [{batch_size}], got {tuple(spec.shape)}")
+        return spec.long()
+    if isinstance(spec, (tuple, list)):
+        low, high = int(spec[0]), int(spec[1])
+        if low > high:
+            raise ValueError(f"a range must have low <= high, got {spec!r}")
+        return torch.randint(low, high + 1, (batch_size,), generator=generator)
+    return torch.full((batch_size,), int(spec))
+
+
+def _bounds(spec, drawn: torch.Tensor) -> tuple[int, int]:
+    """The smallest and largest value ``spec`` can give: a range's ends, else those of ``drawn``."""
+    if isinstance(spec, (tuple, list)):
+        return int(spec[0]), int(spec[1])
+    return int(drawn.min()), int(drawn.max())
+
+
+def _distinct(batch_size: int, n: int, symbols: tuple[int, int], generator) -> torch.Tensor:
+    """``[batch_size, n]`` symbols from ``range(*symbols)``, no repeats within a row."""
+    low, high = symbols
+    if n > high - low:
+        raise ValueError(f"n={n} distinct symbols need an alphabet of at least n, got {high - low}")
+    return torch.rand(batch_size, high - low, generator=generator).argsort(dim=1)[:, :n] + low
+
+
+def _task_targets(tokens: torch.Tensor, text_targets: torch.Tensor, scored: torch.Tensor,
+                  score_text: bool) -> torch.Tensor:
+    """Next-token targets of ``tokens`` (the last from ``text_targets``): -100 where not ``scored``,
+    unless ``score_text``, which keeps the text's targets too."""
+    targets = torch.cat([tokens[:, 1:], text_targets[:, -1:]], dim=1)
+    return torch.where(scored | (score_text & (targets < 128)), targets, torch.full_like(targets, -100))
+
+
+def copy_task(data: torch.Tensor, batch_size: int, length: int, *, distance, block: int = 16, source=None,
+              score_text: bool = False, generator: torch.Generator | None = None):
+    """Induction at a controlled distance: a block of ``block`` distinct symbols (``COPY_SYMBOLS``) is
+    planted in a BOS text window and planted again ``distance`` tokens later; the repeat's tokens after
+    its first are scored (the first cannot be known before the repeat starts).
+
+    ``distance`` is an int, an inclusive range ``(low, high)`` drawn per row, or a LongTensor
+    ``[batch_size]``; it needs ``block <= distance <= length - block - 1``. ``source`` (the same kinds)
+    is where the block starts; by default a uniformly random place that leaves room for the repeat, so
+    that the repeat is not always at the end of the window.
+    """
+    block = check_int("block", block, minimum=2)
+    tokens, text_targets = bos_windows(data, batch_size, length, generator=generator)
+    distances = _draw(distance, batch_size, generator)
+    low, high = _bounds(distance, distances)
+    if low < block or high > length - block - 1:
+        raise ValueError(f"distance must be in [block, length - block - 1] = [{block}, {length - block - 1}], "
+                         f"got {distance!r}")
+    room = length - block - distances  # sources 1 .. room keep the repeat inside the window
+    if source is None:
+        sources = 1 + (torch.rand(batch_size, generator=generator) * room).long()
+    else:
+        sources = _draw(source, batch_size, generator)
+        if sources.min() < 1 or (sources > room).any():
+            raise ValueError(f"source must be in [1, length - block - distance], got {source!r}")
+    symbols = _distinct(batch_size, block, COPY_SYMBOLS, generator)
+    offsets = torch.arange(block)
+    source, repeat = sources[:, None] + offsets, (sources + distances)[:, None] + offsets
+    tokens.scatter_(1, source, symbols)
+    tokens.scatter_(1, repeat, symbols)
+    scored = torch.zeros_like(tokens, dtype=torch.bool).scatter_(1, repeat[:, :-1], True)
+    return tokens, _task_targets(tokens, text_targets, scored, score_text)
+
+
+def recall_task(data: torch.Tensor, batch_size: int, length: int, *, pairs: int = 8, span=None,
+                score_text: bool = False, generator: torch.Generator | None = None):
+    """Multi-query associative recall (MQAR, Arora et al. 2023) in text: ``pairs`` key-value pairs
+    (distinct keys from ``KEY_SYMBOLS``, values from ``VALUE_SYMBOLS``) are planted at random,
+    non-overlapping places among the ``span`` tokens before the queries; the window ends with every key
+    again, in random order, each followed by its value. The values after the queries are scored.
+
+    ``span`` (default: the whole window) is an int or an inclusive range drawn per row, at most
+    ``length - 1 - 2 * pairs``; the source distance of a query is at most ``span + 2 * pairs``.
+    """
+    pairs = check_int("pairs", pairs)
+    tokens, text_targets = bos_windows(data, batch_size, length, generator=generator)
+    queries_at = length - 2 * pairs
+    span = queries_at - 1 if span is None else span
+    spans = _draw(span, batch_size, generator)
+    low, high = _bounds(span, spans)
+    if low < 2 * pairs or high > queries_at - 1:
+        raise ValueError(f"span must be in [2 * pairs, length - 1 - 2 * pairs] = [{2 * pairs}, {queries_at - 1}], "
+                         f"got {span!r}")
+    keys = _distinct(batch_size, pairs, KEY_SYMBOLS, generator)
+    values = torch.randint(*VALUE_SYMBOLS, (batch_size, pairs), generator=generator)
+    slots = torch.rand(batch_size, int(spans.max()) // 2, generator=generator)
+    slots[torch.arange(slots.shape[1]) >= (spans // 2)[:, None]] = 2.0  # slots outside a row's span last
+    where = queries_at - 2 * (slots.argsort(dim=1)[:, :pairs] + 1)  # each pair's key position
+    tokens.scatter_(1, where, keys)
+    tokens.scatter_(1, where + 1, values)
+    order = torch.rand(batch_size, pairs, generator=generator).argsort(dim=1)
+    query_keys, query_values = keys.gather(1, order), values.gather(1, order)
+    tokens[:, queries_at::2], tokens[:, queries_at + 1::2] = query_keys, query_values
+    scored = torch.zeros_like(tokens, dtype=torch.bool)
+    scored[:, queries_at::2] = True  # each query key predicts its value
+    return tokens, _task_targets(tokens, text_targets, scored, score_text)
