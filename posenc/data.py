@@ -120,6 +120,17 @@ def stdlib_split(max_bytes: int = 4_000_000, validation_fraction: float = 0.1) -
     return _bytes_of(train_files), _bytes_of(validation_files)
 
 
+def stdlib_splits(max_bytes: int = 4_000_000, fraction: float = 0.1) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(train, development, validation)``: ``stdlib_split``'s validation files, and every
+    ``round(1 / fraction)``-th of its training files held out as a development split (for choosing
+    settings such as the learning rate without touching the evaluation data); training is the rest."""
+    train_files, validation_files = split_files(max_bytes, fraction)
+    every = max(2, round(1 / fraction))
+    development_files = train_files[every // 2::every]
+    train_files = [p for p in train_files if p not in development_files]
+    return _bytes_of(train_files), _bytes_of(development_files), _bytes_of(validation_files)
+
+
 def split_files(max_bytes: int, validation_fraction: float = 0.1) -> tuple[list[Path], list[Path]]:
     """The file lists behind ``stdlib_split``: (training files, validation files)."""
     every = max(2, round(1 / validation_fraction))

@@ -254,3 +254,73 @@ def first_token_attention(model: torch.nn.Module, tokens: torch.Tensor, *, skip:
         shares.append(float(weights[:, :, skip:, 0].mean()))
         x = block(x)
     return shares
+
+
+# ---- how much of its context a model uses --------------------------------------------------------------
+
+def long_short_difference(losses: torch.Tensor, truncated: torch.Tensor, *, threshold: float = 2.0) -> dict:
+    """LongPPL's long-short difference (Fang et al. 2024) from ``token_losses`` and the aligned
+    ``truncated_token_losses`` of the same windows (both ``[windows, length]``, nats).
+
+    Per token, LSD = log p(token | whole window) - log p(token | last ``context`` tokens) = truncated
+    loss - full loss: above 0 where the far context helped. Only tokens the truncated reading cut short
+    are counted (those where the two readings differ at all: the ones beyond the first ``context``).
+
+    Returns:
+        ``{"mean": mean LSD over those tokens, "key_fraction": fraction with LSD > threshold (the
+        paper's key tokens), "key_loss": mean full-context loss on the key tokens (``None`` if none),
+        "tokens": how many tokens were counted}``.
+    """
+    check_tensor("losses", losses, min_dim=2)
+    if losses.shape != truncated.shape:
+        raise ValueError(f"losses and truncated must have one shape, got {tuple(losses.shape)} and "
+                         f"{tuple(truncated.shape)}")
+    cut = (losses != truncated).any(dim=0)  # token indices where the truncated reading had less context
+    lsd = (truncated - losses)[:, cut].double()
+    if lsd.numel() == 0:
+        raise ValueError("the truncated reading equals the full one everywhere: no token beyond the context")
+    key = lsd > threshold
+    return {"mean": float(lsd.mean()), "key_fraction": float(key.double().mean()),
+            "key_loss": float(losses[:, cut].double()[key].mean()) if key.any() else None,
+            "tokens": int(lsd.numel())}
+
+
+def in_context_learning_score(losses: torch.Tensor, early: int, late: int) -> float:
+    """Olsson et al.'s (2022) in-context-learning score: mean loss at token index ``late`` minus mean
+    loss at token index ``early`` (they use tokens 500 and 50); below 0 when later tokens, which have
+    more context, are predicted better."""
+    check_tensor("losses", losses, min_dim=2)
+    early, late = check_int("early", early, minimum=0), check_int("late", late, minimum=0)
+    if not early < late < losses.shape[1]:
+        raise ValueError(f"need early < late < {losses.shape[1]} positions, got early={early}, late={late}")
+    return float(losses[:, late].double().mean() - losses[:, early].double().mean())
+
+
+@torch.no_grad()
+def task_scores(model: torch.nn.Module, tokens: torch.Tensor, targets: torch.Tensor, *,
+                context: int | None = None, bos: int | None = None, batch_size: int = 32) -> dict:
+    """Teacher-forced retrieval scores on a task batch (``posenc.tasks``): ``{"token_accuracy",
+    "exact_match"}``, the fraction of scored targets (targets != -100) that are the model's argmax and of
+    rows with all of them right (for a copy, the same as greedy decoding getting the whole block).
+
+    ``context`` (the truncated reading, the negative control): the model reads only the last
+    ``context`` tokens of each row (after ``bos``, when given, in place of the first of them); every
+    scored target must lie among them.
+    """
+    if tokens.shape != targets.shape or tokens.dim() != 2:
+        raise ValueError(f"tokens and targets must both be [batch, seq], got {tuple(tokens.shape)} and "
+                         f"{tuple(targets.shape)}")
+    if context is not None and context < tokens.shape[1]:
+        context = check_int("context", context)
+        if (targets[:, :-context] != -100).any():
+            raise ValueError(f"a scored target lies before the last context={context} tokens")
+        tokens, targets = tokens[:, -context:].clone(), targets[:, -context:]
+        if bos is not None:
+            tokens[:, 0] = bos
+    device = next(model.parameters()).device
+    model.eval()
+    right = torch.cat([model(tokens[i:i + batch_size].to(device)).argmax(-1).cpu()
+                       for i in range(0, tokens.shape[0], batch_size)]) == targets
+    scored = targets != -100
+    return {"token_accuracy": float((right & scored).sum() / scored.sum()),
+            "exact_match": float((right | ~scored).all(dim=1).double().mean())}

@@ -298,35 +298,42 @@ def copy_task(data: torch.Tensor, batch_size: int, length: int, *, distance, blo
     return tokens, _task_targets(tokens, text_targets, scored, score_text)
 
 
-def recall_task(data: torch.Tensor, batch_size: int, length: int, *, pairs: int = 8, span=None,
+def recall_task(data: torch.Tensor, batch_size: int, length: int, *, pairs: int = 8, span=None, end=None,
                 score_text: bool = False, generator: torch.Generator | None = None):
     """Multi-query associative recall (MQAR, Arora et al. 2023) in text: ``pairs`` key-value pairs
     (distinct keys from ``KEY_SYMBOLS``, values from ``VALUE_SYMBOLS``) are planted at random,
-    non-overlapping places among the ``span`` tokens before the queries; the window ends with every key
-    again, in random order, each followed by its value. The values after the queries are scored.
+    non-overlapping places among the ``span`` tokens before the queries; the queries, every key again in
+    random order and each followed by its value, end at ``end`` (default: the end of the window; text
+    follows them otherwise). The values after the queries are scored.
 
-    ``span`` (default: the whole window) is an int or an inclusive range drawn per row, at most
-    ``length - 1 - 2 * pairs``; the source distance of a query is at most ``span + 2 * pairs``.
+    ``end`` and ``span`` are ints, inclusive ranges drawn per row, or LongTensors ``[batch_size]``;
+    ``span`` (default: everything between BOS and the queries) must lie in
+    ``[2 * pairs, end - 1 - 2 * pairs]``. A query's source lies at most ``span + 2 * pairs`` back.
     """
     pairs = check_int("pairs", pairs)
     tokens, text_targets = bos_windows(data, batch_size, length, generator=generator)
-    queries_at = length - 2 * pairs
-    span = queries_at - 1 if span is None else span
-    spans = _draw(span, batch_size, generator)
-    low, high = _bounds(span, spans)
-    if low < 2 * pairs or high > queries_at - 1:
-        raise ValueError(f"span must be in [2 * pairs, length - 1 - 2 * pairs] = [{2 * pairs}, {queries_at - 1}], "
-                         f"got {span!r}")
+    end = length if end is None else end
+    ends = _draw(end, batch_size, generator)
+    low, high = _bounds(end, ends)
+    if low < 1 + 4 * pairs or high > length:
+        raise ValueError(f"end must be in [1 + 4 * pairs, length] = [{1 + 4 * pairs}, {length}], got {end!r}")
+    queries_at = ends - 2 * pairs  # [batch]
+    spans = queries_at - 1 if span is None else _draw(span, batch_size, generator)
+    if span is not None:
+        low, high = _bounds(span, spans)
+        if low < 2 * pairs or (spans > queries_at - 1).any():
+            raise ValueError(f"span must be in [2 * pairs, end - 1 - 2 * pairs] = [{2 * pairs}, "
+                             f"{int(queries_at.min()) - 1}], got {span!r}")
     keys = _distinct(batch_size, pairs, KEY_SYMBOLS, generator)
     values = torch.randint(*VALUE_SYMBOLS, (batch_size, pairs), generator=generator)
     slots = torch.rand(batch_size, int(spans.max()) // 2, generator=generator)
     slots[torch.arange(slots.shape[1]) >= (spans // 2)[:, None]] = 2.0  # slots outside a row's span last
-    where = queries_at - 2 * (slots.argsort(dim=1)[:, :pairs] + 1)  # each pair's key position
+    where = queries_at[:, None] - 2 * (slots.argsort(dim=1)[:, :pairs] + 1)  # each pair's key position
     tokens.scatter_(1, where, keys)
     tokens.scatter_(1, where + 1, values)
     order = torch.rand(batch_size, pairs, generator=generator).argsort(dim=1)
-    query_keys, query_values = keys.gather(1, order), values.gather(1, order)
-    tokens[:, queries_at::2], tokens[:, queries_at + 1::2] = query_keys, query_values
-    scored = torch.zeros_like(tokens, dtype=torch.bool)
-    scored[:, queries_at::2] = True  # each query key predicts its value
+    asked = queries_at[:, None] + 2 * torch.arange(pairs)  # each query key's position
+    tokens.scatter_(1, asked, keys.gather(1, order))
+    tokens.scatter_(1, asked + 1, values.gather(1, order))
+    scored = torch.zeros_like(tokens, dtype=torch.bool).scatter_(1, asked, True)  # a query predicts its value
     return tokens, _task_targets(tokens, text_targets, scored, score_text)

@@ -100,6 +100,18 @@ def test_recall_task_queries_every_key_once_and_scores_its_value(span):
         assert [t[i + 1] for i in scored] == [value_of[t[i]] for i in scored]  # the answers are in the window
 
 
+def test_recall_task_can_end_inside_the_window():
+    ends = torch.tensor([40, 64, 100, 33])
+    tokens, targets = tasks.recall_task(TEXT, 4, 100, pairs=4, end=ends, generator=generator(4))
+    for row, end in enumerate(ends.tolist()):
+        scored = (targets[row] != -100).nonzero().flatten().tolist()
+        assert scored == list(range(end - 8, end, 2))
+        assert not (tokens[row, end:] >= 128).any()  # only text after the queries
+        assert int(((tokens[row] >= 128) & (tokens[row] < 192)).sum()) == 8
+    with pytest.raises(ValueError, match="end"):
+        tasks.recall_task(TEXT, 2, 64, pairs=8, end=20)
+
+
 def test_recall_task_refuses_a_span_that_does_not_fit():
     with pytest.raises(ValueError, match="span"):
         tasks.recall_task(TEXT, 2, 64, pairs=8, span=60)
@@ -125,3 +137,66 @@ def test_token_losses_with_bos_read_bos_then_the_window():
     inputs = torch.cat([torch.tensor([tasks.BOS]), validation[start + 20:start + 35]])[None]
     expected = -model(inputs).log_softmax(-1)[0, -1, validation[start + 35]]
     torch.testing.assert_close(truncated[0, 35], expected, atol=1e-5, rtol=1e-5)
+
+
+# ---- measures of context use -------------------------------------------------------------------------
+
+class InductionOracle(torch.nn.Module):
+    """A hand-written induction head: predicts, at each position, the token that followed the previous
+    occurrence of the current token (token 0 when there is none)."""
+
+    def __init__(self):
+        super().__init__()
+        self.anchor = torch.nn.Parameter(torch.zeros(1))  # so that next(parameters()) gives a device
+
+    def forward(self, tokens):
+        out = torch.zeros(*tokens.shape, 256)
+        for b, row in enumerate(tokens.tolist()):
+            last_seen = {}
+            for t, token in enumerate(row):
+                prediction = row[last_seen[token] + 1] if token in last_seen else 0
+                out[b, t, prediction] = 1.0
+                last_seen[token] = t
+        return out
+
+
+def test_task_scores_of_an_induction_oracle_and_of_its_truncated_reading():
+    oracle = InductionOracle()
+    tokens, targets = tasks.copy_task(TEXT, 16, 200, distance=(150, 180), block=8, source=torch.full((16,), 10),
+                                      generator=generator(5))
+    assert evaluate.task_scores(oracle, tokens, targets) == {"token_accuracy": 1.0, "exact_match": 1.0}
+    # read through the last 100 tokens, the source (150+ back) is gone: nothing can be retrieved
+    assert evaluate.task_scores(oracle, tokens, targets, context=100, bos=tasks.BOS)["token_accuracy"] == 0.0
+    near, near_targets = tasks.copy_task(TEXT, 16, 200, distance=30, block=8, source=torch.full((16,), 150),
+                                         generator=generator(6))
+    truncated = evaluate.task_scores(oracle, near, near_targets, context=100, bos=tasks.BOS)
+    assert truncated == {"token_accuracy": 1.0, "exact_match": 1.0}  # the source is inside the last 100
+    with pytest.raises(ValueError, match="context"):
+        evaluate.task_scores(oracle, near, near_targets, context=15)
+    recall, recall_targets = tasks.recall_task(TEXT, 8, 120, pairs=5, generator=generator(7))
+    assert evaluate.task_scores(oracle, recall, recall_targets)["exact_match"] == 1.0
+
+
+def test_long_short_difference_and_icl_score_by_hand():
+    full = torch.tensor([[1.0, 2.0, 0.5, 3.0], [1.0, 2.0, 1.0, 1.0]])
+    short = torch.tensor([[1.0, 2.0, 3.0, 3.5], [1.0, 2.0, 1.5, 0.0]])
+    out = evaluate.long_short_difference(full, short)
+    lsd = [2.5, 0.5, 0.5, -1.0]  # truncated - full on the two last indices, where the readings differ
+    assert out["tokens"] == 4 and out["mean"] == pytest.approx(sum(lsd) / 4)
+    assert out["key_fraction"] == pytest.approx(0.25) and out["key_loss"] == pytest.approx(0.5)
+    assert evaluate.long_short_difference(full, short, threshold=3)["key_loss"] is None
+    with pytest.raises(ValueError):
+        evaluate.long_short_difference(full, full)
+    assert evaluate.in_context_learning_score(full, 0, 3) == pytest.approx((3.0 + 1.0) / 2 - 1.0)
+    with pytest.raises(ValueError, match="early"):
+        evaluate.in_context_learning_score(full, 3, 1)
+
+
+def test_development_split_is_apart_from_training_and_validation():
+    train, development, validation = data.stdlib_splits(1_000_000)
+    old_train, old_validation = data.stdlib_split(1_000_000)
+    assert torch.equal(validation, old_validation)
+    assert train.numel() + development.numel() == old_train.numel() and development.numel() > 0
+    files_train, files_validation = data.split_files(1_000_000)
+    held = files_train[5::10]
+    assert development.numel() == sum(p.stat().st_size for p in held)

@@ -61,28 +61,41 @@ def _rounded_summary(losses: torch.Tensor, config: dict) -> dict:
 
 
 def score_lengths(model: torch.nn.Module, validation: torch.Tensor, config: dict, lengths, *,
-                  curve_length: int | None = None, truncate: int | None = None) -> dict:
+                  curve_length: int | None = None, truncate: int | None = None, bos: int | None = None,
+                  context_use: bool = False) -> dict:
     """Perplexity (with bootstrap interval) at each length; the per-position curve at ``curve_length``;
     with ``truncate``, the same for the model reading at most ``truncate`` tokens at once.
 
     Returns ``{"perplexity": {str(n): summary}, "curve": [...]}`` and, with ``truncate``,
     ``"truncated"`` and ``"truncated_curve"`` alike (summaries from ``evaluate.perplexity_summary``).
+    ``bos``: every window (and truncated segment) is read after this token. ``context_use`` adds
+    ``"long_short"`` (``evaluate.long_short_difference`` at each length beyond ``truncate``) and
+    ``"icl"`` (``evaluate.in_context_learning_score`` at ``truncate``: token ``truncate // 8`` against
+    the last).
     """
     result = {"perplexity": {}}
     if truncate is not None:
         result["truncated"] = {}
+    if context_use:
+        result["long_short"] = {}
     for length in lengths:
         losses = evaluate.token_losses(model, validation, length, n_windows=n_windows(config, length),
-                                       span=longest(config))
+                                       span=longest(config), bos=bos)
         result["perplexity"][str(length)] = _rounded_summary(losses, config)
         if length == curve_length:
             result["curve"] = rounded(evaluate.position_curve(losses, config["curve_bin"]))
+        if context_use and length == truncate:
+            result["icl"] = round(evaluate.in_context_learning_score(losses, length // 8, length - 1), 5)
         if truncate is not None and length > truncate:
-            losses = evaluate.truncated_token_losses(model, validation, length, truncate,
-                                                     n_windows=n_windows(config, length), span=longest(config))
-            result["truncated"][str(length)] = _rounded_summary(losses, config)
+            short = evaluate.truncated_token_losses(model, validation, length, truncate, bos=bos,
+                                                    n_windows=n_windows(config, length), span=longest(config))
+            result["truncated"][str(length)] = _rounded_summary(short, config)
             if length == curve_length:
-                result["truncated_curve"] = rounded(evaluate.position_curve(losses, config["curve_bin"]))
+                result["truncated_curve"] = rounded(evaluate.position_curve(short, config["curve_bin"]))
+            if context_use:
+                result["long_short"][str(length)] = {
+                    name: round(value, 5) if isinstance(value, float) else value
+                    for name, value in evaluate.long_short_difference(losses, short).items()}
     return result
 
 
@@ -200,3 +213,48 @@ def format_rows(rows: dict, digits: int = 2) -> str:
         cells = [format_interval(v, digits) if v else "--" for v in values.values()]
         lines.append(f"{name:>{width}} | " + " | ".join(f"{c:>{cell}}" for c in cells))
     return "\n".join(lines)
+
+
+# ---- training on text and long-range tasks (posenc.tasks), with BOS ------------------------------------
+
+def task_span(config: dict, length: int, step: int) -> int:
+    """How far into a window the tasks reach at training ``step``: a curriculum of doubling spans,
+    ``length / 4`` for the first ``curriculum_steps`` steps, ``length / 2`` for the next as many, then
+    ``length``. Induction forms in a few hundred steps over short spans and is then stretched; over the
+    whole window from the start it had not formed after 1,500 steps (book's own runs, RoPE, width 96)."""
+    phase = min(2, step // config["curriculum_steps"]) if config.get("curriculum_steps") else 2
+    return max(length // 2 ** (2 - phase), 2 * config["block"] + 2, 1 + 4 * config["pairs"])
+
+
+def task_mixture(train_bytes: torch.Tensor, config: dict, batch: int, length: int):
+    """``batch_fn`` for ``train_model``: windows of ``length`` that all start with ``tasks.BOS``; per
+    row, with probabilities ``config["mixture"]["copy"]`` and ``["recall"]``, a copy (``tasks.copy_task``,
+    block ``config["block"]``) or an associative recall (``tasks.recall_task``, ``config["pairs"]``
+    pairs), the other rows plain text. Tasks lie within the first ``task_span`` tokens (the curriculum):
+    copy distances uniform over what fits, recall queries ending anywhere in it. Task rows score only
+    the task's tokens, text rows every token. The function counts its calls to follow the curriculum."""
+    from .. import tasks
+
+    calls = [0]
+    block, pairs = config["block"], config["pairs"]
+
+    def batch_fn(generator):
+        span = task_span(config, length, calls[0])
+        calls[0] += 1
+        draw = torch.rand(batch, generator=generator)
+        n_copy = int((draw < config["mixture"]["copy"]).sum())
+        n_recall = int(((draw >= config["mixture"]["copy"]) &
+                        (draw < config["mixture"]["copy"] + config["mixture"]["recall"])).sum())
+        parts = []
+        if batch - n_copy - n_recall:
+            parts.append(tasks.bos_windows(train_bytes, batch - n_copy - n_recall, length, generator=generator))
+        if n_copy:
+            distance = block + (torch.rand(n_copy, generator=generator) * (span - 2 * block)).long()
+            source = 1 + (torch.rand(n_copy, generator=generator) * (span - block - distance)).long()
+            parts.append(tasks.copy_task(train_bytes, n_copy, length, distance=distance, source=source,
+                                         block=block, generator=generator))
+        if n_recall:
+            parts.append(tasks.recall_task(train_bytes, n_recall, length, pairs=pairs,
+                                           end=(1 + 4 * pairs, span), generator=generator))
+        return torch.cat([tokens for tokens, _ in parts]), torch.cat([targets for _, targets in parts])
+    return batch_fn

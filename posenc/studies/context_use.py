@@ -1,0 +1,236 @@
+"""Does each position method let a model use its context? Chapter 10's study, on models that do.
+
+The book's earlier studies trained on text alone, and their models used under 256 bytes of context: no
+induction, no passkey retrieval even at the training length, a truncated reading as good as the whole.
+Every "beyond L" comparison was then decided before the encoding mattered. Here every method trains on
+a documented mixture (``common.task_mixture``): BOS text windows, and rows holding a long-range task from
+``posenc.tasks`` (a planted block copied at a controlled distance; multi-query associative recall), with a
+curriculum that grows the tasks' span from L/4 to L. Then, per method and seed:
+
+- **Positive control** (``"positive_control"``): copy accuracy with the source anywhere within L. A
+  method whose runs do not reach ``control_threshold`` is reported as not having learned the task, and
+  nothing is read from its beyond-L numbers.
+- **Retrieval by source distance** (``"retrieval"``): copy accuracy at each length fL with the source
+  between fL/2 and fL back (within L for f = 1), and associative recall over the whole window; zero-shot,
+  and read through the last L tokens only (``"truncated"``: the negative control, at chance beyond L).
+  RoPE is also read with YaRN and dynamic NTK at each length.
+- **Language modelling**: perplexity at each length and its truncated reading, the per-position curve,
+  LongPPL's long-short difference (``evaluate.long_short_difference``) and Olsson et al.'s in-context
+  learning score at L.
+- **Throughput**: tokens per second of training and the load average around it (a busy machine, not
+  the model, made the first head-to-head runs take 1 s a step instead of 0.1 s).
+
+Learning rate: chosen per method on a sweep seed that is not reported (``sweep_seed``), scored on a
+development split that is neither training nor evaluation data (``data.stdlib_splits``): among the rates
+whose run passes the positive control, the lowest development perplexity at L; if none passes, the
+highest control accuracy. Every method sees the same batches for a given seed, so differences pair by seed.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import torch
+
+from .. import data, evaluate, tasks
+from ..attention import POSITION_METHODS
+from ..stats import t_interval
+from .common import (make_model, over_seeds, paired_seed_interval, rank, save_checkpoint, score_lengths,
+                     task_mixture, train_recorded)
+from .context_extension import extension_recipe
+
+_COMMON = dict(methods=list(POSITION_METHODS), decay="linear", weight_decay=0.01, max_bytes=4_000_000,
+               mixture={"copy": 0.25, "recall": 0.25}, block=8, pairs=4, sweep_seed=100,
+               control_threshold=0.95)
+PRESETS = {
+    "tiny": dict(_COMMON, dim=32, layers=1, heads=2, train_len=32, factors=[1, 2], steps=6, batch=4, warmup=2,
+                 curriculum_steps=2, seeds=[0], lr_grid=[1e-3, 3e-3], methods=["rope", "alibi"],
+                 max_bytes=400_000, eval_tokens=256, probe_rows=4, curve_bin=8),
+    "full": dict(_COMMON, dim=96, layers=3, heads=4, train_len=128, factors=[1, 2, 4, 8, 16], steps=3000,
+                 batch=16, warmup=100, curriculum_steps=500, seeds=[0, 1, 2, 3, 4], lr_grid=[1e-3, 3e-3],
+                 eval_tokens=65536, probe_rows=128, curve_bin=16),
+}
+
+ROPE_EXTENSIONS = ("YaRN", "dynamic NTK")
+
+
+def build(method: str, config: dict, **options):
+    return make_model(method, config, data.VOCAB_SIZE, config["train_len"], **options)
+
+
+# ---- which run comes next: the sweep on the sweep seed, then the reported seeds at each winner ----------
+
+def _sweep_runs(runs: list[dict], config: dict, method: str) -> dict[float, dict]:
+    return {run["lr"]: run for run in runs if run["method"] == method and run["seed"] == config["sweep_seed"]}
+
+
+def best_lr(config: dict, runs: list[dict], method: str) -> float | None:
+    """The sweep's winner for ``method`` (see the module docstring); ``None`` until every rate has run."""
+    sweep = _sweep_runs(runs, config, method)
+    if any(lr not in sweep for lr in config["lr_grid"]):
+        return None
+    passed = [lr for lr in config["lr_grid"] if sweep[lr]["development"]["control"] >= config["control_threshold"]]
+    if passed:
+        return min(passed, key=lambda lr: sweep[lr]["development"]["perplexity"])
+    return max(config["lr_grid"], key=lambda lr: sweep[lr]["development"]["control"])
+
+
+def next_run(config: dict, runs: list[dict]) -> dict | None:
+    done = {(run["method"], run["seed"], run["lr"]) for run in runs}
+    for method in config["methods"]:
+        for lr in config["lr_grid"]:
+            if (method, config["sweep_seed"], lr) not in done:
+                return {"method": method, "seed": config["sweep_seed"], "lr": lr}
+    for seed in config["seeds"]:
+        for method in config["methods"]:
+            lr = best_lr(config, runs, method)
+            if (method, seed, lr) not in done:
+                return {"method": method, "seed": seed, "lr": lr}
+    return None
+
+
+# ---- probes -------------------------------------------------------------------------------------------
+
+def distance_range(config: dict, factor: int) -> tuple[int, int]:
+    """The copy distances probed at length ``factor * L``: within L for factor 1, else beyond half the
+    length (so each length's bucket holds distances no shorter length could)."""
+    L, block = config["train_len"], config["block"]
+    if factor == 1:
+        return block, L - block - 1
+    return factor * L // 2 + 1, factor * L - block - 1
+
+
+def copy_probe(config: dict, validation: torch.Tensor, factor: int, seed: int = 0):
+    """``(tokens, targets)``: ``probe_rows`` copies at length ``factor * L``, distances in
+    ``distance_range``, each repeat ending the window (so that a truncated reading holds it)."""
+    n, block = factor * config["train_len"], config["block"]
+    generator = torch.Generator().manual_seed(seed)
+    low, high = distance_range(config, factor)
+    distance = torch.randint(low, high + 1, (config["probe_rows"],), generator=generator)
+    return tasks.copy_task(validation, config["probe_rows"], n, distance=distance, source=n - block - distance,
+                           block=block, generator=generator)
+
+
+def recall_probe(config: dict, validation: torch.Tensor, factor: int, seed: int = 0):
+    """``(tokens, targets)``: ``probe_rows`` associative recalls with pairs anywhere in a window of
+    ``factor * L`` tokens and the queries at its end."""
+    generator = torch.Generator().manual_seed(seed)
+    return tasks.recall_task(validation, config["probe_rows"], factor * config["train_len"], pairs=config["pairs"],
+                             generator=generator)
+
+
+def retrieval(model, validation: torch.Tensor, config: dict, factors, *, truncate: bool = True) -> dict:
+    """``{"copy": {str(n): scores}, "recall": {...}}`` at each length ``n = f * L`` (scores from
+    ``evaluate.task_scores``), and with ``truncate`` the same read through the last L tokens
+    (``"copy, truncated"``, ``"recall, truncated"``) beyond L."""
+    L, out = config["train_len"], {}
+    for name, probe in (("copy", copy_probe), ("recall", recall_probe)):
+        out[name], out[name + ", truncated"] = {}, {}
+        for factor in factors:
+            tokens, targets = probe(config, validation, factor)
+            out[name][str(factor * L)] = evaluate.task_scores(model, tokens, targets)
+            if truncate and factor > 1 and name == "copy":
+                out[name + ", truncated"][str(factor * L)] = evaluate.task_scores(
+                    model, tokens, targets, context=L, bos=tasks.BOS)
+        if not out[name + ", truncated"]:
+            del out[name + ", truncated"]
+    return out
+
+
+def positive_control(model, validation: torch.Tensor, config: dict) -> dict:
+    """Copy accuracy with the source anywhere within L: ``{"accuracy", "exact_match", "max_distance"}``."""
+    tokens, targets = copy_probe(config, validation, 1)
+    scores = evaluate.task_scores(model, tokens, targets)
+    return {"accuracy": scores["token_accuracy"], "exact_match": scores["exact_match"],
+            "max_distance": distance_range(config, 1)[1]}
+
+
+# ---- one run -------------------------------------------------------------------------------------------
+
+def run(config: dict, key: dict, checkpoint_dir: Path | None) -> dict:
+    method, seed, lr = key["method"], key["seed"], key["lr"]
+    train_bytes, development, validation = data.stdlib_splits(config["max_bytes"])
+    L = config["train_len"]
+    torch.manual_seed(seed)
+    model = build(method, config)
+    load_before = os.getloadavg()[0]
+    result = train_recorded(model, task_mixture(train_bytes, config, config["batch"], L), config, lr=lr, seed=seed)
+    result["train_tokens"] = config["steps"] * config["batch"] * L
+    result["tokens_per_second"] = round(result["train_tokens"] / result["train_seconds"])
+    result["load_average"] = [round(load_before, 2), round(os.getloadavg()[0], 2)]
+    if rank() != 0:
+        return result
+    start = time.perf_counter()
+    if seed == config["sweep_seed"]:  # the sweep: development data only
+        control = positive_control(model, development, config)
+        losses = evaluate.token_losses(model, development, L, n_windows=config["eval_tokens"] // L, bos=tasks.BOS)
+        result["development"] = {"control": control["accuracy"],
+                                 "perplexity": round(float(losses.double().mean().exp()), 5)}
+        return result
+    if checkpoint_dir is not None:
+        save_checkpoint(model, checkpoint_dir / f"context_use_{method}_seed{seed}_lr{lr:g}.pt",
+                        {"method": method, "seed": seed, "lr": lr})
+    factors = [f for f in config["factors"] if method != "learned" or f == 1]  # no table rows beyond L
+    lengths = [f * L for f in factors]
+    result["positive_control"] = positive_control(model, validation, config)
+    result["retrieval"] = retrieval(model, validation, config, factors)
+    result.update(score_lengths(model, validation, config, lengths, curve_length=lengths[-1], truncate=L,
+                                bos=tasks.BOS, context_use=True))
+    if method == "rope":
+        weights = model.state_dict()
+        result["rope_extensions"] = {}
+        for name in ROPE_EXTENSIONS:
+            entry = {}
+            for factor in factors[1:]:
+                scaled = build(method, config, rope_scaling=extension_recipe(name, float(factor), L))
+                scaled.load_state_dict(weights)
+                entry[str(factor * L)] = {
+                    "retrieval": retrieval(scaled, validation, config, [factor], truncate=False),
+                    "perplexity": score_lengths(scaled, validation, config, [factor * L],
+                                                bos=tasks.BOS)["perplexity"][str(factor * L)]}
+            result["rope_extensions"][name] = entry
+    result["evaluation_seconds"] = time.perf_counter() - start
+    return result
+
+
+# ---- reading a record ----------------------------------------------------------------------------------
+
+def seed_runs(record: dict) -> list[dict]:
+    """The reported runs: each method at its chosen learning rate, on the reported seeds."""
+    config, runs = record["config"], record["runs"]
+    chosen = {method: best_lr(config, runs, method) for method in config["methods"]}
+    return [run for run in runs if run["seed"] != config["sweep_seed"] and run["lr"] == chosen[run["method"]]]
+
+
+def controls(record: dict) -> dict:
+    """``{method: {"passed": seeds passing, "seeds": seeds run, "accuracy": [per seed]}}`` of the positive
+    control at the record's ``control_threshold``."""
+    threshold, out = record["config"]["control_threshold"], {}
+    for method in record["config"]["methods"]:
+        values = over_seeds(record, "positive_control", "accuracy", method=method, runs=seed_runs(record))
+        out[method] = {"passed": sum(v >= threshold for v in values.values()), "seeds": len(values),
+                       "accuracy": [values[s] for s in sorted(values)]}
+    return out
+
+
+def retrieval_table(record: dict, part: str = "copy", measure: str = "token_accuracy") -> dict:
+    """``{method: {length: (mean, low, high) or None}}``: the 95% t-interval over seeds of ``measure``
+    for the retrieval ``part`` (``"copy"``, ``"copy, truncated"``, ``"recall"``) at each length."""
+    config, runs = record["config"], seed_runs(record)
+    lengths = [f * config["train_len"] for f in config["factors"]]
+    out = {}
+    for method in config["methods"]:
+        out[method] = {}
+        for n in lengths:
+            values = over_seeds(record, "retrieval", part, str(n), measure, method=method, runs=runs)
+            out[method][n] = t_interval(list(values.values())) if values else None
+    return out
+
+
+def paired_retrieval(record: dict, method_a: str, method_b: str, length: int, part: str = "copy",
+                     measure: str = "token_accuracy") -> tuple[float, float, float]:
+    """95% t-interval of the per-seed difference a - b of a retrieval measure at ``length``."""
+    path = ("retrieval", part, str(length), measure)
+    return paired_seed_interval(record, path, path, method_a=method_a, method_b=method_b, runs=seed_runs(record))
