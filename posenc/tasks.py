@@ -337,3 +337,37 @@ def recall_task(data: torch.Tensor, batch_size: int, length: int, *, pairs: int 
     tokens.scatter_(1, asked + 1, values.gather(1, order))
     scored = torch.zeros_like(tokens, dtype=torch.bool).scatter_(1, asked, True)  # a query predicts its value
     return tokens, _task_targets(tokens, text_targets, scored, score_text)
+
+
+PASSKEY_TEXT = "\npass_key = "  # the needle is this, the key and a newline; the question repeats it exactly
+
+
+def passkey_task(data: torch.Tensor, batch_size: int, length: int, *, distance, key_digits: int = 5,
+                 generator: torch.Generator | None = None):
+    """A passkey in text whose question repeats the needle's words exactly, so that retrieval is a clean
+    induction match: the needle ``PASSKEY_TEXT + key + "\\n"`` is planted in a BOS text window and the
+    window ends with ``PASSKEY_TEXT`` and the key, whose digits are scored. ``pass_key`` never occurs in
+    the corpus (tested), so the 12-byte prefix points at the needle alone.
+
+    ``distance`` (an int, an inclusive range drawn per row, or a LongTensor ``[batch_size]``) is how far
+    the question's first byte lies after the needle's first byte; it must leave room for the needle
+    after BOS: ``needle <= distance <= length - 1 - len(PASSKEY_TEXT) - key_digits``.
+    """
+    key_digits = check_int("key_digits", key_digits)
+    prefix = torch.tensor(list(PASSKEY_TEXT.encode()))
+    needle_length, question = len(prefix) + key_digits + 1, len(prefix) + key_digits
+    tokens, text_targets = bos_windows(data, batch_size, length, generator=generator)
+    distances = _draw(distance, batch_size, generator)
+    low, high = _bounds(distance, distances)
+    if low < needle_length or high > length - 1 - question:
+        raise ValueError(f"distance must be in [{needle_length}, {length - 1 - question}], got {distance!r}")
+    keys = torch.randint(ord("0"), ord("9") + 1, (batch_size, key_digits), generator=generator)
+    needle = torch.cat([prefix.expand(batch_size, -1), keys, torch.full((batch_size, 1), ord("\n"))], dim=1)
+    asked = length - question
+    offsets = (asked - distances)[:, None] + torch.arange(needle_length)
+    tokens.scatter_(1, offsets, needle)
+    tokens[:, asked:] = needle[:, :question]
+    scored = torch.zeros_like(tokens, dtype=torch.bool)
+    scored[:, length - key_digits - 1:length - 1] = True  # the question's last byte predicts the first digit
+    targets = torch.cat([tokens[:, 1:], text_targets[:, -1:]], dim=1)
+    return tokens, torch.where(scored, targets, torch.full_like(targets, -100))

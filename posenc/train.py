@@ -30,6 +30,9 @@ class TrainConfig:
     one of them), and exempts LayerNorm gains, biases and position parameters (a learned position table,
     T5's bias table), the usual practice, which gives every position method the same decayed set;
     ``"all"`` decays every parameter, as the book's first (v1) studies did.
+    ``window_mean``: the loss is the mean over windows of each window's mean token loss, so that a task
+    window with a few scored tokens weighs as much as a text window with all of them scored (a mixture's
+    fractions are then fractions of the loss); otherwise the mean over all scored tokens.
     """
 
     steps: int = 1000
@@ -42,6 +45,7 @@ class TrainConfig:
     seed: int = 0
     log_every: int = 50
     progress: bool = False
+    window_mean: bool = False
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -71,6 +75,17 @@ def parameter_groups(model: torch.nn.Module, config: TrainConfig) -> list[dict]:
     decayed = [p for p in model.parameters() if id(p) in linear]
     kept = [p for p in model.parameters() if id(p) not in linear]
     return [{"params": decayed, "weight_decay": config.weight_decay}, {"params": kept, "weight_decay": 0.0}]
+
+
+def next_token_loss(logits: torch.Tensor, targets: torch.Tensor, *, window_mean: bool = False) -> torch.Tensor:
+    """Cross-entropy of ``logits [batch, seq, vocab]`` against ``targets [batch, seq]`` (-100: not
+    scored): the mean over scored tokens, or with ``window_mean`` the mean over windows with a scored
+    token of their mean token loss."""
+    if not window_mean:
+        return F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=-100)
+    losses = F.cross_entropy(logits.transpose(1, 2), targets, ignore_index=-100, reduction="none")
+    counts = (targets != -100).sum(dim=1)
+    return (losses.sum(dim=1)[counts > 0] / counts[counts > 0]).mean()
 
 
 def _rank_and_world() -> tuple[int, int]:
@@ -109,7 +124,7 @@ def train_model(model: torch.nn.Module, batch_fn, config: TrainConfig, *, device
             group["lr"] = learning_rate(step, config)
         tokens, targets = batch_fn(generator)
         logits = trained(tokens.to(device))
-        loss = F.cross_entropy(logits.flatten(0, 1), targets.to(device).flatten(), ignore_index=-100)
+        loss = next_token_loss(logits, targets.to(device), window_mean=config.window_mean)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         if config.grad_clip:

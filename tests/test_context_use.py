@@ -51,17 +51,31 @@ def test_curriculum_doubles_the_task_span_and_tasks_stay_inside_it():
         assert ((targets != -100).sum(dim=1) > 0).all()
 
 
+def test_probes_put_each_length_beyond_the_shorter_ones():
+    config = cu.PRESETS["full"]
+    validation = data.stdlib_corpus(300_000)
+    for task in ("copy", "passkey"):
+        assert cu.distance_range(config, 1, task)[1] < 128
+        for factor in (2, 4):
+            tokens, targets = cu.probe_batch(dict(config, probe_rows=16), validation, task, factor)
+            low, high = cu.distance_range(config, factor, task)
+            assert low > factor * 64 and high < factor * 128 and tokens.shape == (16, factor * 128)
+            scored = (targets != -100).nonzero()[:, 1]
+            assert scored.min() >= factor * 128 - 20  # the answer ends the window
+
+
 def test_tiny_study_records_controls_retrieval_and_throughput(tmp_path):
     record = run_study("context_use", "tiny", tmp_path / "cu.json", log=lambda *a: None)
     reported = cu.seed_runs(record)
     assert {run["method"] for run in reported} == {"rope", "alibi"} and all(run["seed"] == 0 for run in reported)
     for run in reported:
         assert set(run["positive_control"]) == {"accuracy", "exact_match", "max_distance"}
-        assert run["positive_control"]["max_distance"] == 32 - 8 - 1
-        assert set(run["retrieval"]["copy"]) == {"32", "64"} and set(run["retrieval"]["copy, truncated"]) == {"64"}
+        assert run["positive_control"]["max_distance"] == 48 - 8 - 1
+        assert set(run["retrieval"]) == {"copy", "passkey", "recall", "copy, truncated", "passkey, truncated"}
+        assert set(run["retrieval"]["copy"]) == {"48", "96"} and set(run["retrieval"]["copy, truncated"]) == {"96"}
         assert run["tokens_per_second"] > 0 and len(run["load_average"]) == 2
-        assert set(run["long_short"]) == {"64"} and "icl" in run
+        assert set(run["long_short"]) == {"96"} and "icl" in run
     assert set(reported[0]["rope_extensions"]) == {"YaRN", "dynamic NTK"}
     assert set(cu.controls(record)) == {"rope", "alibi"}
     table = cu.retrieval_table(record)
-    assert table["rope"][64] is not None and len(table["rope"][64]) == 3
+    assert table["rope"][96] is not None and len(table["rope"][96]) == 3

@@ -200,3 +200,31 @@ def test_development_split_is_apart_from_training_and_validation():
     files_train, files_validation = data.split_files(1_000_000)
     held = files_train[5::10]
     assert development.numel() == sum(p.stat().st_size for p in held)
+
+
+def test_passkey_task_question_repeats_the_needle_and_the_key_is_scored():
+    train, validation = data.stdlib_split(4_000_000)
+    assert b"pass_key" not in bytes(torch.cat([train, validation]).to(torch.uint8).tolist())
+    tokens, targets = tasks.passkey_task(TEXT, 12, 150, distance=(30, 120), generator=generator(8))
+    for row in range(12):
+        text = bytes(tokens[row, 1:].tolist()).decode("latin-1")
+        assert tokens[row, 0] == tasks.BOS and text.count("pass_key = ") == 2
+        first, second = text.index("pass_key = "), text.rindex("pass_key = ")
+        key = text[second + 11:]
+        assert len(key) == 5 and key.isdigit() and text[first + 11:first + 17] == key + "\n"
+        assert 30 <= second - first <= 120
+        scored = (targets[row] != -100).nonzero().flatten().tolist()
+        assert scored == list(range(144, 149)) and bytes(targets[row, scored].tolist()).decode() == key
+    with pytest.raises(ValueError, match="distance"):
+        tasks.passkey_task(TEXT, 2, 150, distance=140)
+
+
+def test_window_mean_loss_weighs_every_window_the_same():
+    from posenc.train import next_token_loss
+    logits = torch.randn(3, 5, 7, generator=generator(9))
+    targets = torch.tensor([[1, 2, 3, 4, 5], [-100, -100, 6, -100, -100], [-100] * 5])
+    logp = logits.log_softmax(-1)
+    first = -sum(logp[0, t, targets[0, t]] for t in range(5)) / 5
+    second = -logp[1, 2, 6]
+    torch.testing.assert_close(next_token_loss(logits, targets, window_mean=True), (first + second) / 2)
+    torch.testing.assert_close(next_token_loss(logits, targets), (first * 5 + second) / 6)

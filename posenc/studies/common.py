@@ -119,12 +119,14 @@ def next_run_by_seed(config: dict, runs: list[dict]) -> dict | None:
 
 def train_recorded(model: torch.nn.Module, batch_fn, config: dict, *, lr: float, seed: int) -> dict:
     """Train ``model`` with the study's schedule (``steps``, ``warmup``, ``decay``, ``weight_decay`` of
-    ``config``); return the start of its result: ``train_seconds``, ``history`` and ``parameters``."""
+    ``config``, and ``window_mean`` when it has one); return the start of its result: ``train_seconds``,
+    ``history`` and ``parameters``."""
     start = time.perf_counter()
     history = train_model(model, batch_fn,
                           TrainConfig(steps=config["steps"], warmup=config["warmup"], lr=lr, seed=seed,
                                       decay=config["decay"], weight_decay=config["weight_decay"],
-                                      log_every=max(1, config["steps"] // 20)))
+                                      log_every=max(1, config["steps"] // 20),
+                                      window_mean=config.get("window_mean", False)))
     return {"train_seconds": time.perf_counter() - start, "history": history,
             "parameters": sum(p.numel() for p in model.parameters())}
 
@@ -231,8 +233,10 @@ def task_mixture(train_bytes: torch.Tensor, config: dict, batch: int, length: in
     row, with probabilities ``config["mixture"]["copy"]`` and ``["recall"]``, a copy (``tasks.copy_task``,
     block ``config["block"]``) or an associative recall (``tasks.recall_task``, ``config["pairs"]``
     pairs), the other rows plain text. Tasks lie within the first ``task_span`` tokens (the curriculum):
-    copy distances uniform over what fits, recall queries ending anywhere in it. Task rows score only
-    the task's tokens, text rows every token. The function counts its calls to follow the curriculum."""
+    copy distances uniform over what fits, recall queries ending anywhere in it. With
+    ``config["tasks_first"]``, every row is a task while the curriculum lasts (the two tasks in the
+    mixture's proportions), and text joins after it. Task rows score only the task's tokens, text rows
+    every token. The function counts its calls to follow the curriculum."""
     from .. import tasks
 
     calls = [0]
@@ -240,11 +244,13 @@ def task_mixture(train_bytes: torch.Tensor, config: dict, batch: int, length: in
 
     def batch_fn(generator):
         span = task_span(config, length, calls[0])
+        copy, recall = config["mixture"]["copy"], config["mixture"]["recall"]
+        if config.get("tasks_first") and calls[0] < 3 * config["curriculum_steps"]:
+            copy, recall = copy / (copy + recall), recall / (copy + recall)
         calls[0] += 1
         draw = torch.rand(batch, generator=generator)
-        n_copy = int((draw < config["mixture"]["copy"]).sum())
-        n_recall = int(((draw >= config["mixture"]["copy"]) &
-                        (draw < config["mixture"]["copy"] + config["mixture"]["recall"])).sum())
+        n_copy = int((draw < copy).sum())
+        n_recall = int(((draw >= copy) & (draw < copy + recall)).sum())
         parts = []
         if batch - n_copy - n_recall:
             parts.append(tasks.bos_windows(train_bytes, batch - n_copy - n_recall, length, generator=generator))

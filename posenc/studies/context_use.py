@@ -10,10 +10,10 @@ curriculum that grows the tasks' span from L/4 to L. Then, per method and seed:
 - **Positive control** (``"positive_control"``): copy accuracy with the source anywhere within L. A
   method whose runs do not reach ``control_threshold`` is reported as not having learned the task, and
   nothing is read from its beyond-L numbers.
-- **Retrieval by source distance** (``"retrieval"``): copy accuracy at each length fL with the source
-  between fL/2 and fL back (within L for f = 1), and associative recall over the whole window; zero-shot,
-  and read through the last L tokens only (``"truncated"``: the negative control, at chance beyond L).
-  RoPE is also read with YaRN and dynamic NTK at each length.
+- **Retrieval by source distance** (``"retrieval"``): copy and passkey accuracy at each length fL with
+  the source between fL/2 and fL back (within L for f = 1), and associative recall over the whole
+  window; zero-shot, and read through the last L tokens only (``"truncated"``: the negative control, at
+  chance beyond L). RoPE is also read with YaRN and dynamic NTK at each length.
 - **Language modelling**: perplexity at each length and its truncated reading, the per-position curve,
   LongPPL's long-short difference (``evaluate.long_short_difference``) and Olsson et al.'s in-context
   learning score at L.
@@ -45,7 +45,7 @@ _COMMON = dict(methods=list(POSITION_METHODS), decay="linear", weight_decay=0.01
                mixture={"copy": 0.25, "recall": 0.25}, block=8, pairs=4, sweep_seed=100,
                control_threshold=0.95)
 PRESETS = {
-    "tiny": dict(_COMMON, dim=32, layers=1, heads=2, train_len=32, factors=[1, 2], steps=6, batch=4, warmup=2,
+    "tiny": dict(_COMMON, dim=32, layers=1, heads=2, train_len=48, factors=[1, 2], steps=6, batch=4, warmup=2,
                  curriculum_steps=2, seeds=[0], lr_grid=[1e-3, 3e-3], methods=["rope", "alibi"],
                  max_bytes=400_000, eval_tokens=256, probe_rows=4, curve_bin=8),
     "full": dict(_COMMON, dim=96, layers=3, heads=4, train_len=128, factors=[1, 2, 4, 8, 16], steps=3000,
@@ -93,55 +93,58 @@ def next_run(config: dict, runs: list[dict]) -> dict | None:
 
 # ---- probes -------------------------------------------------------------------------------------------
 
-def distance_range(config: dict, factor: int) -> tuple[int, int]:
-    """The copy distances probed at length ``factor * L``: within L for factor 1, else beyond half the
-    length (so each length's bucket holds distances no shorter length could)."""
-    L, block = config["train_len"], config["block"]
+def distance_range(config: dict, factor: int, task: str = "copy") -> tuple[int, int]:
+    """The source distances probed at length ``factor * L`` for ``task`` (``"copy"`` or ``"passkey"``):
+    all that fit within L for factor 1, else those beyond half the length (so each length's bucket holds
+    distances no shorter length could)."""
+    L = config["train_len"]
+    shortest, room = (config["block"], config["block"] + 1) if task == "copy" else (18, 18)  # passkey: 5 digits
     if factor == 1:
-        return block, L - block - 1
-    return factor * L // 2 + 1, factor * L - block - 1
+        return shortest, L - room
+    return factor * L // 2 + 1, factor * L - room
 
 
-def copy_probe(config: dict, validation: torch.Tensor, factor: int, seed: int = 0):
-    """``(tokens, targets)``: ``probe_rows`` copies at length ``factor * L``, distances in
-    ``distance_range``, each repeat ending the window (so that a truncated reading holds it)."""
-    n, block = factor * config["train_len"], config["block"]
+def probe_batch(config: dict, validation: torch.Tensor, task: str, factor: int, seed: int = 0):
+    """``(tokens, targets)``: ``probe_rows`` rows of ``task`` at length ``factor * L``. A copy or a
+    passkey has its source at a distance drawn from ``distance_range`` and its answer at the end of the
+    window (so that a truncated reading holds it); an associative recall has its pairs anywhere in the
+    window and the queries at its end."""
+    n, rows = factor * config["train_len"], config["probe_rows"]
     generator = torch.Generator().manual_seed(seed)
-    low, high = distance_range(config, factor)
-    distance = torch.randint(low, high + 1, (config["probe_rows"],), generator=generator)
-    return tasks.copy_task(validation, config["probe_rows"], n, distance=distance, source=n - block - distance,
-                           block=block, generator=generator)
+    if task == "recall":
+        return tasks.recall_task(validation, rows, n, pairs=config["pairs"], generator=generator)
+    low, high = distance_range(config, factor, task)
+    distance = torch.randint(low, high + 1, (rows,), generator=generator)
+    if task == "passkey":
+        return tasks.passkey_task(validation, rows, n, distance=distance, generator=generator)
+    block = config["block"]
+    return tasks.copy_task(validation, rows, n, distance=distance, source=n - block - distance, block=block,
+                           generator=generator)
 
 
-def recall_probe(config: dict, validation: torch.Tensor, factor: int, seed: int = 0):
-    """``(tokens, targets)``: ``probe_rows`` associative recalls with pairs anywhere in a window of
-    ``factor * L`` tokens and the queries at its end."""
-    generator = torch.Generator().manual_seed(seed)
-    return tasks.recall_task(validation, config["probe_rows"], factor * config["train_len"], pairs=config["pairs"],
-                             generator=generator)
+PROBES = ("copy", "passkey", "recall")
 
 
 def retrieval(model, validation: torch.Tensor, config: dict, factors, *, truncate: bool = True) -> dict:
-    """``{"copy": {str(n): scores}, "recall": {...}}`` at each length ``n = f * L`` (scores from
-    ``evaluate.task_scores``), and with ``truncate`` the same read through the last L tokens
-    (``"copy, truncated"``, ``"recall, truncated"``) beyond L."""
+    """``{task: {str(n): scores}}`` for each task of ``PROBES`` at each length ``n = f * L`` (scores from
+    ``evaluate.task_scores``), and with ``truncate`` the copy and the passkey read through the last L
+    tokens beyond L (``"copy, truncated"``, ``"passkey, truncated"``: the negative control)."""
     L, out = config["train_len"], {}
-    for name, probe in (("copy", copy_probe), ("recall", recall_probe)):
-        out[name], out[name + ", truncated"] = {}, {}
+    for task in PROBES:
+        out[task] = {}
         for factor in factors:
-            tokens, targets = probe(config, validation, factor)
-            out[name][str(factor * L)] = evaluate.task_scores(model, tokens, targets)
-            if truncate and factor > 1 and name == "copy":
-                out[name + ", truncated"][str(factor * L)] = evaluate.task_scores(
+            tokens, targets = probe_batch(config, validation, task, factor)
+            out[task][str(factor * L)] = evaluate.task_scores(model, tokens, targets)
+            if truncate and factor > 1 and task != "recall":
+                out.setdefault(task + ", truncated", {})[str(factor * L)] = evaluate.task_scores(
                     model, tokens, targets, context=L, bos=tasks.BOS)
-        if not out[name + ", truncated"]:
-            del out[name + ", truncated"]
     return out
 
 
 def positive_control(model, validation: torch.Tensor, config: dict) -> dict:
-    """Copy accuracy with the source anywhere within L: ``{"accuracy", "exact_match", "max_distance"}``."""
-    tokens, targets = copy_probe(config, validation, 1)
+    """Copy accuracy with the source anywhere within L: ``{"accuracy", "exact_match", "max_distance"}``
+    (token accuracy: the fraction of the repeat's predictable tokens that are the model's argmax)."""
+    tokens, targets = probe_batch(config, validation, "copy", 1)
     scores = evaluate.task_scores(model, tokens, targets)
     return {"accuracy": scores["token_accuracy"], "exact_match": scores["exact_match"],
             "max_distance": distance_range(config, 1)[1]}
