@@ -13,6 +13,7 @@ the bytes) so results can say which corpus they came from.
 from __future__ import annotations
 
 import hashlib
+import warnings
 import platform
 import os
 import sysconfig
@@ -37,13 +38,18 @@ def stdlib_files() -> list[Path]:
 
 
 def _first_files(max_bytes: int) -> list[Path]:
-    """``stdlib_files()`` in order, up to the first that brings the total to ``max_bytes`` or more."""
+    """``stdlib_files()`` in order, up to the first that brings the total to ``max_bytes`` or more; a
+    warning when the whole standard library is smaller than ``max_bytes`` (a study asking for more text
+    than exists would otherwise repeat it many times over without saying so)."""
     chosen, total = [], 0
     for path in stdlib_files():
         chosen.append(path)
         total += path.stat().st_size
         if total >= max_bytes:
             break
+    if total < max_bytes:
+        warnings.warn(f"max_bytes={max_bytes:,} exceeds the standard library's {total:,} bytes: all of it is "
+                      "used, and a study drawing more tokens than that repeats it", stacklevel=3)
     return chosen
 
 

@@ -53,10 +53,26 @@ def same_config(previous: dict, config: dict) -> bool:
     return previous == config
 
 
+def code_version() -> dict:
+    """The commit of the posenc checkout that runs (``git rev-parse HEAD``) and whether its tracked files
+    differ from it (``dirty``); ``{"commit": None}`` when posenc is not run from a git checkout."""
+    import subprocess
+
+    root = Path(__file__).resolve().parent.parent
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
+                                check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                               capture_output=True, text=True, check=True).stdout.strip() != ""
+    except (OSError, subprocess.CalledProcessError):
+        return {"commit": None}
+    return {"commit": commit, "dirty": dirty}
+
+
 def environment() -> dict:
-    """Where and with what a result was produced."""
+    """Where and with what a result was produced (``code``: the commit, see ``code_version``)."""
     return {
-        "posenc": __version__, "torch": torch.__version__, "python": platform.python_version(),
+        "posenc": __version__, "code": code_version(), "torch": torch.__version__, "python": platform.python_version(),
         "platform": platform.platform(), "processor": platform.processor() or platform.machine(),
         "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
         "device": str(default_device()),
@@ -102,6 +118,10 @@ def run_study(study: str, preset: str, out: Path, *, resume: bool = False, check
         if record["runs"]:
             log(f"{study}/{preset}: {len(record['runs'])} runs already done, skipped")
     while (key := module.next_run(config, record["runs"])) is not None:
+        busy = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+        if busy > (os.cpu_count() or 1):
+            log(f"warning: load average {busy:.1f} on {os.cpu_count()} cores; other processes will slow this run "
+                "(the first head-to-head runs took 1 s a step for 0.1 s of work this way)")
         start = time.perf_counter()
         run = {**key, **module.run(config, key, checkpoint_dir)}
         if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:

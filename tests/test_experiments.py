@@ -174,3 +174,18 @@ def test_command_line_quotes_method_names_with_spaces():
                      "--out s.json")
     assert shlex.split(shown)[shlex.split(shown).index("--methods") + 1] == "rope with learned sinks"
     assert command_line({"command": shown, "config": record["config"]}) == shown  # already quoted: unchanged
+
+
+def test_results_record_the_commit_of_the_code():
+    import subprocess
+    from pathlib import Path
+
+    import posenc.experiments as experiments
+
+    root = Path(experiments.__file__).resolve().parent.parent
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True)
+    code = experiments.environment()["code"]
+    if head.returncode:  # posenc installed outside a checkout
+        assert code == {"commit": None}
+    else:
+        assert code["commit"] == head.stdout.strip() and isinstance(code["dirty"], bool)

@@ -228,3 +228,8 @@ def test_window_mean_loss_weighs_every_window_the_same():
     second = -logp[1, 2, 6]
     torch.testing.assert_close(next_token_loss(logits, targets, window_mean=True), (first + second) / 2)
     torch.testing.assert_close(next_token_loss(logits, targets), (first * 5 + second) / 6)
+
+
+def test_asking_for_more_text_than_the_corpus_holds_warns():
+    with pytest.warns(UserWarning, match="exceeds the standard library"):
+        data.stdlib_split(10 ** 9)

@@ -4,6 +4,7 @@ loss, passkey retrieval)."""
 
 from __future__ import annotations
 
+import math
 import time
 from pathlib import Path
 
@@ -228,12 +229,20 @@ def task_span(config: dict, length: int, step: int) -> int:
     return max(length // 2 ** (2 - phase), 2 * config["block"] + 2, 1 + 4 * config["pairs"])
 
 
+def _log_uniform(low: int, high: int, n: int, generator) -> torch.Tensor:
+    """``[n]`` integers in ``[low, high]``, log-uniform: as many below the geometric middle as above."""
+    draw = math.log(low) + (math.log(high + 1) - math.log(low)) * torch.rand(n, generator=generator)
+    return draw.exp().long().clamp(low, high)
+
+
 def task_mixture(train_bytes: torch.Tensor, config: dict, batch: int, length: int):
     """``batch_fn`` for ``train_model``: windows of ``length`` that all start with ``tasks.BOS``; per
     row, with probabilities ``config["mixture"]["copy"]`` and ``["recall"]``, a copy (``tasks.copy_task``,
     block ``config["block"]``) or an associative recall (``tasks.recall_task``, ``config["pairs"]``
-    pairs), the other rows plain text. Tasks lie within the first ``task_span`` tokens (the curriculum):
-    copy distances uniform over what fits, recall queries ending anywhere in it. With
+    pairs), the other rows plain text. Tasks lie within the first ``task_span`` tokens (the curriculum),
+    and end at a log-uniform place in it, so that short, easy instances are as common at every stage as
+    long ones (with uniform ends, induction formed several times more slowly here); a copy's distance is
+    uniform over what fits before its end. With
     ``config["tasks_first"]``, every row is a task while the curriculum lasts (the two tasks in the
     mixture's proportions), and text joins after it. Task rows score only the task's tokens, text rows
     every token. The function counts its calls to follow the curriculum."""
@@ -254,13 +263,15 @@ def task_mixture(train_bytes: torch.Tensor, config: dict, batch: int, length: in
         parts = []
         if batch - n_copy - n_recall:
             parts.append(tasks.bos_windows(train_bytes, batch - n_copy - n_recall, length, generator=generator))
-        if n_copy:
-            distance = block + (torch.rand(n_copy, generator=generator) * (span - 2 * block)).long()
-            source = 1 + (torch.rand(n_copy, generator=generator) * (span - block - distance)).long()
+        if n_copy:  # the repeat ends at e, log-uniform up to the span; the distance uniform over what fits
+            end = _log_uniform(2 * block + 2, span, n_copy, generator)
+            distance = block + (torch.rand(n_copy, generator=generator) * (end - 2 * block)).long()
+            source = end - block - distance
             parts.append(tasks.copy_task(train_bytes, n_copy, length, distance=distance, source=source,
                                          block=block, generator=generator))
         if n_recall:
             parts.append(tasks.recall_task(train_bytes, n_recall, length, pairs=pairs,
-                                           end=(1 + 4 * pairs, span), generator=generator))
+                                           end=_log_uniform(1 + 4 * pairs, span, n_recall, generator),
+                                           generator=generator))
         return torch.cat([tokens for tokens, _ in parts]), torch.cat([targets for _, targets in parts])
     return batch_fn
