@@ -42,14 +42,14 @@ from .common import (make_model, over_seeds, paired_seed_interval, rank, save_ch
 from .context_extension import extension_recipe
 
 _COMMON = dict(methods=list(POSITION_METHODS), decay="linear", weight_decay=0.01, max_bytes=4_000_000,
-               mixture={"copy": 0.25, "recall": 0.25}, block=8, pairs=4, tasks_first=True, window_mean=True,
+               mixture={"copy": 0.35, "recall": 0.15}, block=8, pairs=4, tasks_first=True, window_mean=True,
                sweep_seed=100, control_threshold=0.95)
 PRESETS = {
     "tiny": dict(_COMMON, dim=32, layers=1, heads=2, train_len=48, factors=[1, 2], steps=6, batch=4, warmup=2,
                  curriculum_steps=2, seeds=[0], lr_grid=[1e-3, 3e-3], methods=["rope", "alibi"],
                  max_bytes=400_000, eval_tokens=256, probe_rows=4, curve_bin=8),
     "full": dict(_COMMON, dim=96, layers=3, heads=4, train_len=128, factors=[1, 2, 4, 8, 16], steps=3000,
-                 batch=16, warmup=100, curriculum_steps=400, seeds=[0, 1, 2, 3, 4], lr_grid=[1e-3, 3e-3],
+                 batch=16, warmup=100, curriculum_steps=500, seeds=[0, 1, 2, 3, 4], lr_grid=[5e-4, 1e-3, 2e-3],
                  eval_tokens=65536, probe_rows=128, curve_bin=16),
 }
 
