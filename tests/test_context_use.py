@@ -79,3 +79,28 @@ def test_tiny_study_records_controls_retrieval_and_throughput(tmp_path):
     assert set(cu.controls(record)) == {"rope", "alibi"}
     table = cu.retrieval_table(record)
     assert table["rope"][96] is not None and len(table["rope"][96]) == 3
+
+
+def test_llama3_with_yarns_temperature_keeps_llama3s_bands_and_scales_cos_sin():
+    import math
+
+    from posenc.rope import rope_frequencies
+    from posenc.studies import context_extension as ce
+
+    plain, plain_scale = rope_frequencies(32, base=1000.0, scaling=ce.extension_recipe("Llama 3", 4.0, 512))
+    warm, warm_scale = rope_frequencies(32, base=1000.0, scaling=ce.extension_recipe("Llama 3, YaRN's t", 4.0, 512))
+    _, yarn_scale = rope_frequencies(32, base=1000.0, scaling=ce.extension_recipe("YaRN", 4.0, 512))
+    assert torch.equal(plain, warm) and plain_scale == 1.0
+    assert warm_scale == yarn_scale == math.log(4.0) * 0.1 + 1  # YaRN's sqrt(1/t) = 0.1 ln s + 1
+
+
+def test_context_extension_tasks_preset_records_controls_and_retrieval(tmp_path):
+    record = run_study("context_extension", "tasks-tiny", tmp_path / "ce.json", log=lambda *a: None)
+    run = record["runs"][0]
+    assert set(run["positive_control"]) == {"accuracy", "exact_match", "max_distance"}
+    assert set(run["no_scaling"]["retrieval"]["copy"]) == {"48", "96", "192"}
+    assert set(run["no_scaling"]["retrieval"]["copy, truncated"]) == {"96", "192"}
+    assert set(run["zero_shot"]) == {"YaRN", "YaRN, t = 1", "Llama 3, YaRN's t"}
+    assert set(run["zero_shot"]["Llama 3, YaRN's t"]["retrieval"]["s=4"]["copy"]) == {"48", "192"}
+    assert all("retrieval" in entry and "passkey" not in entry for entry in run["fine_tuned"].values())
+    assert set(run["context_use"]["long_short"]) == {"96", "192"}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import textwrap
@@ -157,6 +158,30 @@ def test_rolling_cache_without_rerotation_would_be_wrong():
         for t in range(7, 12):
             stale_out.append(layer(hidden[:, t:t + 1], cache=stale))
     assert (stale_out[-1] - expected).abs().max() > 1e-3
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_rolling_cache_in_half_precision_stays_within_a_fresh_pass_error(dtype):
+    # StreamingLLM's 4 + 1020 (its cache of 1024) over 2100 tokens: kept keys are re-rotated up to 1019
+    # times. Stored back in bf16 after each rotation they drifted to 15x a fresh pass's error (review P4-M3).
+    torch.manual_seed(0)
+    layer = MultiHeadAttention(256, 2, position="rope").eval()
+    n, sink_tokens, window = 2100, 4, 1020
+    hidden = torch.randn(1, n, 256, generator=torch.Generator().manual_seed(1))
+    kept = list(range(sink_tokens)) + list(range(n - window, n))
+    with torch.no_grad():
+        reference = copy.deepcopy(layer).double()(hidden[:, kept].double())[0, -1]
+        layer = layer.to(dtype)
+        fresh = layer(hidden[:, kept].to(dtype))[0, -1]
+        cache = RollingLayerCache(sink_tokens, window)
+        for t in range(n):
+            out = layer(hidden[:, t:t + 1].to(dtype), cache=cache)
+    assert out.dtype == dtype and cache.length == sink_tokens + window
+
+    def error(y):
+        return ((y.double() - reference).norm() / reference.norm()).item()
+
+    assert error(out[0, -1]) < 1.5 * error(fresh), (error(out[0, -1]), error(fresh))
 
 
 def test_streaming_model_matches_a_one_layer_full_pass():

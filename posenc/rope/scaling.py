@@ -35,7 +35,8 @@ ROPE_TYPES = {
     "dynamic": (("factor", "original_max_position_embeddings"), ()),
     "yarn": (("factor", "original_max_position_embeddings"),
              ("beta_fast", "beta_slow", "attention_factor", "mscale", "mscale_all_dim", "truncate")),
-    "llama3": (("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"), ()),
+    "llama3": (("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"),
+               ("attention_factor",)),
     "longrope": (("short_factor", "long_factor", "original_max_position_embeddings"),
                  ("factor", "attention_factor", "max_position_embeddings")),
     "proportional": (("partial_rotary_factor",), ("factor",)),
@@ -310,7 +311,9 @@ def rope_frequencies(head_dim: int, *, base: float | None = None, scaling: dict 
             ``"yarn"`` (factor, original_max_position_embeddings, optional beta_fast=32, beta_slow=1,
             attention_factor, mscale, mscale_all_dim, truncate=True),
             ``"llama3"`` (factor, low_freq_factor <= high_freq_factor, original_max_position_embeddings;
-            equal factors, as in Llama 4 Scout, leave the blend band empty),
+            equal factors, as in Llama 4 Scout, leave the blend band empty; optional attention_factor,
+            which Llama 3 does not use: posenc takes it so that a study can give Llama 3's bands YaRN's
+            temperature and separate YaRN's interpolation from its temperature),
             ``"longrope"`` (short_factor, long_factor: one per rotating pair; original_max_position_embeddings;
             optional factor, attention_factor, max_position_embeddings: see below), or
             ``"proportional"`` (partial_rotary_factor, optional factor: Gemma 4's global layers).
@@ -325,7 +328,7 @@ def rope_frequencies(head_dim: int, *, base: float | None = None, scaling: dict 
         ``(inv_freq, attention_scale)``: ``inv_freq`` float32 of shape ``[r // 2]`` (``[head_dim // 2]`` without
         partial_rotary_factor, and always for ``"proportional"``, whose non-turning pairs get 0);
         ``attention_scale`` is the factor YaRN and LongRoPE multiply into cos and sin (1.0 for the other
-        types). LongRoPE's is ``attention_factor`` if given, else ``sqrt(1 + ln s / ln L0)`` with ``L0`` the
+        types, but for ``"llama3"`` with an ``attention_factor``). LongRoPE's is ``attention_factor`` if given, else ``sqrt(1 + ln s / ln L0)`` with ``L0`` the
         original length and ``s`` the factor, or ``max_position_embeddings / L0`` when there is no factor
         (what Hugging Face does with Phi-3's configs).
     """
@@ -354,5 +357,7 @@ def rope_frequencies(head_dim: int, *, base: float | None = None, scaling: dict 
     if rope_type == "yarn":
         return _yarn(inv_freq, rotary_dim, base, params)
     if rope_type == "llama3":
-        return _llama3(inv_freq, params), 1.0
+        scale = params.get("attention_factor")
+        return _llama3(inv_freq, params), 1.0 if scale is None else check_positive_float(
+            "scaling['attention_factor']", scale)
     return inv_freq, 1.0

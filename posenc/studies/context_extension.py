@@ -26,12 +26,12 @@ from pathlib import Path
 
 import torch
 
-from .. import data
+from .. import data, tasks
 from ..rope import rope_frequencies
 from ..train import TrainConfig, train_model
 from ..stats import t_interval
-from .common import (format_rows, make_model, over_seeds, paired_seed_interval, passkey, rank,  # noqa: F401
-                     save_checkpoint, score_lengths, training_batches)
+from .common import (format_rows, make_model, over_seeds, paired_seed_interval, passkey, positive_control,  # noqa: F401
+                     rank, retrieval, save_checkpoint, score_lengths, task_mixture, training_batches)
 
 _ZERO_SHOT = dict(factors=[2, 4], passkey_depths=[0.0, 0.25, 0.5, 0.75, 1.0], passkey_rate=0.25, curve_bin=32,
                   lr=3e-3, weight_decay=0.01, decay="linear", methods=["rope"], base_factor=10.0)
@@ -58,8 +58,21 @@ PRESETS = {
                 fine_tunes=["continued, L", "continued, 2L", "PI, 2L", "YaRN, 2L", "base x10, 2L"]),
 }
 
+# The tasks presets: the same model trained on BOS text mixed with long-range tasks (common.task_mixture), so
+# that it uses its context within L before any recipe stretches it; retrieval by source distance replaces
+# the passkey grid, and the fine-tunes see the same mixture at their length (no curriculum).
+_TASKS = dict(mixture={"copy": 0.35, "recall": 0.15}, block=8, pairs=4, tasks_first=True, window_mean=True,
+              lr=1e-3, probe_rows=128)
+PRESETS["tasks-tiny"] = {**PRESETS["tiny"], **_TASKS, "train_len": 48, "curriculum_steps": 2, "probe_rows": 4,
+                         "recipes": ["YaRN", "YaRN, t = 1", "Llama 3, YaRN's t"]}
+PRESETS["tasks"] = {**PRESETS["full"], **_TASKS, "steps": 3000, "curriculum_steps": 500,
+                    "recipes": ["PI", "NTK-aware", "dynamic NTK", "YaRN", "YaRN, t = 1", "Llama 3",
+                                "Llama 3, YaRN's t", "dynamic NTK, fixed s"]}
+
 EXTENSION_RECIPES = ("none", "PI", "NTK-aware", "dynamic NTK", "dynamic NTK, fixed s", "YaRN",
                      "YaRN, t = 1", "Llama 3")
+# The arm that, with "YaRN, t = 1", separates YaRN's interpolation from its temperature (the tasks presets)
+TEMPERATURE_ARMS = ("Llama 3, YaRN's t",)
 FINE_TUNES = ("continued, L", "continued, 2L", "PI, 2L", "YaRN, 2L", "base x10, 2L")
 
 
@@ -71,7 +84,8 @@ def extension_recipe(name: str, factor: float, original_length: int) -> dict | N
     sequence, s = max(1, length / L), which is Hugging Face's ``dynamic`` type with ``factor`` 1.
     ``"dynamic NTK, fixed s"`` is the same type with a deployment factor, as configs ship it; its
     effective factor at length n is ``s * n / L - (s - 1)`` (see ``effective_factor``).
-    ``"YaRN, t = 1"`` is YaRN without its attention temperature.
+    ``"YaRN, t = 1"`` is YaRN without its attention temperature, ``"Llama 3, YaRN's t"`` Llama 3's bands
+    with YaRN's temperature (``0.1 ln s + 1`` on cos and sin, so ``(0.1 ln s + 1)^2`` on the logits).
     """
     original = {"original_max_position_embeddings": original_length}
     recipes = {"none": None,
@@ -83,6 +97,7 @@ def extension_recipe(name: str, factor: float, original_length: int) -> dict | N
                "YaRN, t = 1": {"rope_type": "yarn", "factor": factor, "attention_factor": 1.0, **original},
                "Llama 3": {"rope_type": "llama3", "factor": factor, "low_freq_factor": 1.0,
                            "high_freq_factor": 4.0, **original}}
+    recipes["Llama 3, YaRN's t"] = {**recipes["Llama 3"], "attention_factor": 0.1 * math.log(factor) + 1}
     if name not in recipes:
         raise ValueError(f"recipe must be one of {list(recipes)}, got {name!r}")
     return recipes[name]
@@ -150,15 +165,29 @@ def run(config: dict, key: dict, checkpoint_dir: Path | None) -> dict:
         return make_model("rope", config, data.VOCAB_SIZE, longest, rope_scaling=scaling,
                           rope_base=config["rope_base"] if base is None else base)
 
-    def batches(length, batch):
+    mixture = "mixture" in config
+    bos = tasks.BOS if mixture else None
+    factors = [1, *config["factors"]]
+
+    def batches(length, batch, fine_tune=False):
+        if mixture:  # a fine-tune sees the whole mixture at its length at once: no curriculum
+            return task_mixture(train_bytes, dict(config, curriculum_steps=0) if fine_tune else config, batch, length)
         return training_batches(train_bytes, config, batch, length)
+
+    def probes(model, name, **options):  # the passkey grid, or retrieval by distance for the tasks presets
+        if mixture:
+            return {"retrieval": retrieval(model, validation, config, options.get("factors", factors),
+                                           truncate=options.get("truncate", False))}
+        return {"passkey": passkey(model, validation, config, config["passkey_lengths"],
+                                   context=options.get("context"))}
 
     start = time.perf_counter()
     base_model = build()
     history = train_model(base_model, batches(L, config["batch"]),
                           TrainConfig(steps=config["steps"], warmup=config["warmup"], lr=config["lr"],
                                       weight_decay=config["weight_decay"], decay=config["decay"], seed=seed,
-                                      log_every=max(1, config["steps"] // 20)))
+                                      log_every=max(1, config["steps"] // 20),
+                                      window_mean=config.get("window_mean", False)))
     result = {"train_seconds": time.perf_counter() - start, "history": history,
               "parameters": sum(p.numel() for p in base_model.parameters()),
               "train_tokens": config["steps"] * config["batch"] * L}
@@ -175,25 +204,33 @@ def run(config: dict, key: dict, checkpoint_dir: Path | None) -> dict:
         return model.eval()
 
     deploy = max(config["factors"])
-    base_scores = score_lengths(base_model, validation, config, lengths, curve_length=longest, truncate=L)
+    base_scores = score_lengths(base_model, validation, config, lengths, curve_length=longest, truncate=L,
+                                bos=bos, context_use=mixture)
     result["no_scaling"] = {"perplexity": base_scores["perplexity"], "curve": base_scores["curve"]}
-    result["truncated"] = {"perplexity": base_scores["truncated"], "curve": base_scores["truncated_curve"],
-                           "passkey": passkey(base_model, validation, config, config["passkey_lengths"],
-                                              context=L)}
-    result["no_scaling"]["passkey"] = passkey(base_model, validation, config, config["passkey_lengths"])
+    result["truncated"] = {"perplexity": base_scores["truncated"], "curve": base_scores["truncated_curve"]}
+    if mixture:
+        result["positive_control"] = positive_control(base_model, validation, config)
+        result["no_scaling"].update(probes(base_model, "no scaling", truncate=True))
+        result["context_use"] = {"long_short": base_scores["long_short"], "icl": base_scores["icl"]}
+    else:
+        result["truncated"].update(probes(base_model, "truncated", context=L))
+        result["no_scaling"].update(probes(base_model, "no scaling"))
     result["zero_shot"] = {}
-    for name in EXTENSION_RECIPES[1:]:
+    for name in config.get("recipes", EXTENSION_RECIPES[1:]):
         entry = {"perplexity": {}, "effective_factor": {}}
         for factor in config["factors"]:
             model = with_recipe(name, factor)
             scores = score_lengths(model, validation, config, [L, factor * L],
-                                   curve_length=longest if factor == deploy else None)
+                                   curve_length=longest if factor == deploy else None, bos=bos)
             entry["perplexity"][f"s={factor}"] = scores["perplexity"]
             entry["effective_factor"][f"s={factor}"] = {
                 str(n): effective_factor(name, factor, n, L) for n in (L, factor * L)}
+            if mixture:  # retrieval at L and at the length the factor is deployed for
+                entry.setdefault("retrieval", {})[f"s={factor}"] = probes(model, name, factors=[1, factor])["retrieval"]
             if factor == deploy:
                 entry["curve"] = scores["curve"]
-                entry["passkey"] = passkey(model, validation, config, config["passkey_lengths"])
+                if not mixture:
+                    entry.update(probes(model, name))
         result["zero_shot"][name] = entry
     result["fine_tuned"] = {}
     for name in config["fine_tunes"]:
@@ -203,17 +240,16 @@ def run(config: dict, key: dict, checkpoint_dir: Path | None) -> dict:
         tokens = config["fine_tune_steps"] * config["fine_tune_batch"] * 2 * L
         batch = tokens // (config["fine_tune_steps"] * length)  # the same tokens at every length
         tuned_start = time.perf_counter()
-        train_model(model, batches(length, batch),
+        train_model(model, batches(length, batch, fine_tune=True),
                     TrainConfig(steps=config["fine_tune_steps"], warmup=config["fine_tune_warmup"],
                                 lr=config["fine_tune_lr"], weight_decay=config["weight_decay"],
-                                decay=config["decay"],
+                                decay=config["decay"], window_mean=config.get("window_mean", False),
                                 seed=seed + 5, log_every=max(1, config["fine_tune_steps"] // 5)))
         scores = score_lengths(model, validation, config, lengths, curve_length=longest,
-                               truncate=L if name == "continued, L" else None)
+                               truncate=L if name == "continued, L" else None, bos=bos)
         result["fine_tuned"][name] = {
             "train_length": length, "tokens": tokens, "seconds": time.perf_counter() - tuned_start,
-            "perplexity": scores["perplexity"], "curve": scores["curve"],
-            "passkey": passkey(model, validation, config, config["passkey_lengths"])}
+            "perplexity": scores["perplexity"], "curve": scores["curve"], **probes(model, name)}
         if name == "continued, L":
             result["fine_tuned"][name]["truncated"] = scores["truncated"]
             result["fine_tuned"][name]["truncated_curve"] = scores["truncated_curve"]
@@ -245,7 +281,7 @@ def perplexity_path(row: str, length: int, train_len: int, factor: int | None = 
         return ("fine_tuned", "continued, L", "truncated", n, "perplexity")
     if row in FINE_TUNES:
         return ("fine_tuned", row, "perplexity", n, "perplexity")
-    if row in EXTENSION_RECIPES:
+    if row in EXTENSION_RECIPES or row in TEMPERATURE_ARMS:
         factor = factor or max(1, length // train_len)
         return ("zero_shot", row, "perplexity", f"s={factor}", n, "perplexity")
     raise ValueError(f"row must be a baseline, recipe or fine-tune, got {row!r}")

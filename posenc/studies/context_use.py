@@ -37,8 +37,8 @@ import torch
 from .. import data, evaluate, tasks
 from ..attention import POSITION_METHODS
 from ..stats import t_interval
-from .common import (make_model, over_seeds, paired_seed_interval, rank, save_checkpoint, score_lengths,
-                     task_mixture, train_recorded)
+from .common import (PROBES, distance_range, make_model, over_seeds, paired_seed_interval, positive_control,  # noqa: F401
+                     probe_batch, rank, retrieval, save_checkpoint, score_lengths, task_mixture, train_recorded)
 from .context_extension import extension_recipe
 
 _COMMON = dict(methods=list(POSITION_METHODS), decay="linear", weight_decay=0.01, max_bytes=4_000_000,
@@ -89,65 +89,6 @@ def next_run(config: dict, runs: list[dict]) -> dict | None:
             if (method, seed, lr) not in done:
                 return {"method": method, "seed": seed, "lr": lr}
     return None
-
-
-# ---- probes -------------------------------------------------------------------------------------------
-
-def distance_range(config: dict, factor: int, task: str = "copy") -> tuple[int, int]:
-    """The source distances probed at length ``factor * L`` for ``task`` (``"copy"`` or ``"passkey"``):
-    all that fit within L for factor 1, else those beyond half the length (so each length's bucket holds
-    distances no shorter length could)."""
-    L = config["train_len"]
-    shortest, room = (config["block"], config["block"] + 1) if task == "copy" else (18, 18)  # passkey: 5 digits
-    if factor == 1:
-        return shortest, L - room
-    return factor * L // 2 + 1, factor * L - room
-
-
-def probe_batch(config: dict, validation: torch.Tensor, task: str, factor: int, seed: int = 0):
-    """``(tokens, targets)``: ``probe_rows`` rows of ``task`` at length ``factor * L``. A copy or a
-    passkey has its source at a distance drawn from ``distance_range`` and its answer at the end of the
-    window (so that a truncated reading holds it); an associative recall has its pairs anywhere in the
-    window and the queries at its end."""
-    n, rows = factor * config["train_len"], config["probe_rows"]
-    generator = torch.Generator().manual_seed(seed)
-    if task == "recall":
-        return tasks.recall_task(validation, rows, n, pairs=config["pairs"], generator=generator)
-    low, high = distance_range(config, factor, task)
-    distance = torch.randint(low, high + 1, (rows,), generator=generator)
-    if task == "passkey":
-        return tasks.passkey_task(validation, rows, n, distance=distance, generator=generator)
-    block = config["block"]
-    return tasks.copy_task(validation, rows, n, distance=distance, source=n - block - distance, block=block,
-                           generator=generator)
-
-
-PROBES = ("copy", "passkey", "recall")
-
-
-def retrieval(model, validation: torch.Tensor, config: dict, factors, *, truncate: bool = True) -> dict:
-    """``{task: {str(n): scores}}`` for each task of ``PROBES`` at each length ``n = f * L`` (scores from
-    ``evaluate.task_scores``), and with ``truncate`` the copy and the passkey read through the last L
-    tokens beyond L (``"copy, truncated"``, ``"passkey, truncated"``: the negative control)."""
-    L, out = config["train_len"], {}
-    for task in PROBES:
-        out[task] = {}
-        for factor in factors:
-            tokens, targets = probe_batch(config, validation, task, factor)
-            out[task][str(factor * L)] = evaluate.task_scores(model, tokens, targets)
-            if truncate and factor > 1 and task != "recall":
-                out.setdefault(task + ", truncated", {})[str(factor * L)] = evaluate.task_scores(
-                    model, tokens, targets, context=L, bos=tasks.BOS)
-    return out
-
-
-def positive_control(model, validation: torch.Tensor, config: dict) -> dict:
-    """Copy accuracy with the source anywhere within L: ``{"accuracy", "exact_match", "max_distance"}``
-    (token accuracy: the fraction of the repeat's predictable tokens that are the model's argmax)."""
-    tokens, targets = probe_batch(config, validation, "copy", 1)
-    scores = evaluate.task_scores(model, tokens, targets)
-    return {"accuracy": scores["token_accuracy"], "exact_match": scores["exact_match"],
-            "max_distance": distance_range(config, 1)[1]}
 
 
 # ---- one run -------------------------------------------------------------------------------------------
