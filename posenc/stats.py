@@ -103,3 +103,31 @@ def bootstrap_interval(values, *, level: float = 0.95, n_resamples: int = 2000,
     tail = (1 - level) / 2
     low, high = torch.quantile(means, torch.tensor([tail, 1 - tail], dtype=torch.float64))
     return float(low), float(high)
+
+
+def paired_p_value(a: dict, b: dict) -> float:
+    """Two-sided p-value of the paired t-test of ``a[key] - b[key] = 0`` over the keys both have (the
+    test behind ``paired_interval``: 0 lies outside the 95% interval exactly when p < 0.05). Differences
+    that are all equal give p = 1 if they are 0, else 0."""
+    common = sorted(set(a) & set(b), key=str)
+    if len(common) < 2:
+        raise ValueError(f"a and b must share at least two keys (seeds), got {common}")
+    differences = [float(a[key]) - float(b[key]) for key in common]
+    spread = statistics.stdev(differences)
+    if spread == 0:
+        return 1.0 if statistics.fmean(differences) == 0 else 0.0
+    t = abs(statistics.fmean(differences)) / (spread / math.sqrt(len(differences)))
+    return max(0.0, 2 * (1 - _t_cdf(t, len(differences) - 1)))
+
+
+def holm(p_values: dict, level: float = 0.05) -> dict:
+    """Holm's step-down correction for many comparisons: ``{name: True}`` for those that stay
+    significant at family-wise error ``level``. The smallest p is compared with ``level / m``, the next
+    with ``level / (m - 1)``, and so on; the first that fails stops the rejections."""
+    level = _check_level(level)
+    order = sorted(p_values, key=p_values.get)
+    kept, rejecting = {}, True
+    for rank, name in enumerate(order):
+        rejecting = rejecting and p_values[name] <= level / (len(order) - rank)
+        kept[name] = rejecting
+    return {name: kept[name] for name in p_values}

@@ -104,3 +104,11 @@ def test_context_extension_tasks_preset_records_controls_and_retrieval(tmp_path)
     assert set(run["zero_shot"]["Llama 3, YaRN's t"]["retrieval"]["s=4"]["copy"]) == {"48", "192"}
     assert all("retrieval" in entry and "passkey" not in entry for entry in run["fine_tuned"].values())
     assert set(run["context_use"]["long_short"]) == {"96", "192"}
+
+
+def test_one_learning_rate_needs_no_sweep():
+    config = dict(cu.PRESETS["ci"])
+    runs = []
+    while (key := cu.next_run(config, runs)) is not None:
+        runs.append(key)
+    assert runs == [{"method": m, "seed": 0, "lr": config["lr_grid"][0]} for m in config["methods"]]

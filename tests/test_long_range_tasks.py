@@ -233,3 +233,19 @@ def test_window_mean_loss_weighs_every_window_the_same():
 def test_asking_for_more_text_than_the_corpus_holds_warns():
     with pytest.warns(UserWarning, match="exceeds the standard library"):
         data.stdlib_split(10 ** 9)
+
+
+def test_paired_p_value_at_the_t_tables_critical_value_and_holm_by_hand():
+    from posenc.stats import holm, paired_interval, paired_p_value
+    # differences with mean 2.776 * sd / sqrt(5): t = 2.776 with 4 degrees of freedom, p = 0.05 (t table)
+    base = [-1.0, -0.5, 0.0, 0.5, 1.0]
+    sd = (sum(x * x for x in base) / 4) ** 0.5
+    shift = 2.7764451 * sd / 5 ** 0.5
+    a, b = {i: x + shift for i, x in enumerate(base)}, {i: 0.0 for i in range(5)}
+    assert paired_p_value(a, b) == pytest.approx(0.05, abs=1e-4)
+    assert paired_interval(a, b)[1] == pytest.approx(0.0, abs=1e-4)  # the interval's edge touches 0
+    assert paired_p_value({0: 1, 1: 1}, {0: 1, 1: 1}) == 1.0
+    # Holm with m = 4 at 0.05: thresholds 0.0125, 0.0167, 0.025, 0.05
+    decided = holm({"a": 0.01, "b": 0.04, "c": 0.012, "d": 0.03})
+    assert decided == {"a": True, "c": True, "b": False, "d": False}
+    assert holm({"a": 0.01, "b": 0.016, "c": 0.02, "d": 0.04}) == {"a": True, "b": True, "c": True, "d": True}

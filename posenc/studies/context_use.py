@@ -48,6 +48,10 @@ PRESETS = {
     "tiny": dict(_COMMON, dim=32, layers=1, heads=2, train_len=48, factors=[1, 2], steps=6, batch=4, warmup=2,
                  curriculum_steps=2, seeds=[0], lr_grid=[1e-3, 3e-3], methods=["rope", "alibi"],
                  max_bytes=400_000, eval_tokens=256, probe_rows=4, curve_bin=8),
+    # a chapter's live run (under 3 minutes on 2 cores): one learning rate, no sweep
+    "ci": dict(_COMMON, dim=64, layers=2, heads=4, train_len=64, factors=[1, 2, 4], steps=1000, batch=16, warmup=50,
+               curriculum_steps=200, seeds=[0], lr_grid=[2e-3], methods=["rope", "alibi"], eval_tokens=8192,
+               probe_rows=64, curve_bin=8),
     "full": dict(_COMMON, dim=96, layers=3, heads=4, train_len=128, factors=[1, 2, 4, 8, 16], steps=3000,
                  batch=16, warmup=100, curriculum_steps=500, seeds=[0, 1, 2, 3, 4], lr_grid=[5e-4, 1e-3, 2e-3],
                  eval_tokens=65536, probe_rows=128, curve_bin=16),
@@ -67,7 +71,10 @@ def _sweep_runs(runs: list[dict], config: dict, method: str) -> dict[float, dict
 
 
 def best_lr(config: dict, runs: list[dict], method: str) -> float | None:
-    """The sweep's winner for ``method`` (see the module docstring); ``None`` until every rate has run."""
+    """The sweep's winner for ``method`` (see the module docstring); ``None`` until every rate has run.
+    A grid of one rate needs no sweep."""
+    if len(config["lr_grid"]) == 1:
+        return config["lr_grid"][0]
     sweep = _sweep_runs(runs, config, method)
     if any(lr not in sweep for lr in config["lr_grid"]):
         return None
@@ -79,7 +86,7 @@ def best_lr(config: dict, runs: list[dict], method: str) -> float | None:
 
 def next_run(config: dict, runs: list[dict]) -> dict | None:
     done = {(run["method"], run["seed"], run["lr"]) for run in runs}
-    for method in config["methods"]:
+    for method in config["methods"] if len(config["lr_grid"]) > 1 else ():
         for lr in config["lr_grid"]:
             if (method, config["sweep_seed"], lr) not in done:
                 return {"method": method, "seed": config["sweep_seed"], "lr": lr}
