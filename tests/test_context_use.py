@@ -79,6 +79,12 @@ def test_tiny_study_records_controls_retrieval_and_throughput(tmp_path):
     assert set(cu.controls(record)) == {"rope", "alibi"}
     table = cu.retrieval_table(record)
     assert table["rope"][96] is not None and len(table["rope"][96]) == 3
+    rope = next(run for run in reported if run["method"] == "rope")
+    ppl = cu.perplexity_table(record, ["rope", "rope, truncated"], [48, 96])
+    assert ppl["rope, truncated"][48][0] == rope["perplexity"]["48"]["perplexity"]  # at L: the model itself
+    assert ppl["rope, truncated"][96][0] == rope["truncated"]["96"]["perplexity"]
+    assert ppl["rope"][96][0] == rope["perplexity"]["96"]["perplexity"]
+    assert cu.long_short_table(record)["rope"][96][0] == rope["long_short"]["96"]["mean"]
 
 
 def test_llama3_with_yarns_temperature_keeps_llama3s_bands_and_scales_cos_sin():

@@ -186,3 +186,34 @@ def paired_retrieval(record: dict, method_a: str, method_b: str, length: int, pa
     """95% t-interval of the per-seed difference a - b of a retrieval measure at ``length``."""
     path = ("retrieval", part, str(length), measure)
     return paired_seed_interval(record, path, path, method_a=method_a, method_b=method_b, runs=seed_runs(record))
+
+
+TRUNCATED = ", truncated"
+
+
+def perplexity_table(record: dict, rows, lengths) -> dict:
+    """``{row: {length: (mean, low, high) or None}}``: the 95% t-interval over seeds of each row's
+    perplexity, a row being a method or ``"<method>, truncated"`` (the same model reading at most L
+    tokens at once; at L, the model itself); ``None`` where no run has it (learned beyond L)."""
+    L, runs, out = record["config"]["train_len"], seed_runs(record), {}
+    for row in rows:
+        method = row[: -len(TRUNCATED)] if row.endswith(TRUNCATED) else row
+        part = "truncated" if row.endswith(TRUNCATED) else "perplexity"
+        out[row] = {}
+        for n in lengths:
+            values = over_seeds(record, part if n > L else "perplexity", str(n), "perplexity", method=method, runs=runs)
+            out[row][n] = t_interval(list(values.values())) if values else None
+    return out
+
+
+def long_short_table(record: dict, measure: str = "mean") -> dict:
+    """``{method: {length: (mean, low, high)}}``: the t-interval over seeds of a long-short difference
+    measure (``"mean"`` LSD in nats, or ``"key_fraction"``) at each length beyond L."""
+    config, runs, out = record["config"], seed_runs(record), {}
+    for method in config["methods"]:
+        out[method] = {}
+        for factor in config["factors"][1:]:
+            n = factor * config["train_len"]
+            values = over_seeds(record, "long_short", str(n), measure, method=method, runs=runs)
+            out[method][n] = t_interval(list(values.values())) if values else None
+    return out
