@@ -37,8 +37,9 @@ def qwen2_vl():
     return Qwen2VLModel(tiny_qwen2_vl_config()).eval()
 
 
-def hf_rope_index(model, layout):
-    """Qwen2-VL's get_rope_index for a layout of ints (text) and ("image" | "video", (t, h, w)) merged grids."""
+def hf_rope_index(model, layout, with_delta=False):
+    """Qwen2-VL's get_rope_index for a layout of ints (text) and ("image" | "video", (t, h, w)) merged grids
+    (and its rope delta, with_delta=True)."""
     config = model.config
     token_type, grids = [], {"image": [], "video": []}
     for item in layout:
@@ -51,11 +52,11 @@ def hf_rope_index(model, layout):
     token_type = torch.tensor([token_type], dtype=torch.int)
     input_ids = torch.where(token_type == 1, config.image_token_id,
                             torch.where(token_type == 2, config.video_token_id, 7)).long()
-    position_ids, _ = model.get_rope_index(
+    position_ids, rope_deltas = model.get_rope_index(
         input_ids, token_type,
         image_grid_thw=torch.tensor(grids["image"]) if grids["image"] else None,
         video_grid_thw=torch.tensor(grids["video"]) if grids["video"] else None)
-    return position_ids[:, 0]  # [3, batch=1, seq] -> [3, seq]
+    return (position_ids[:, 0], int(rope_deltas)) if with_delta else position_ids[:, 0]  # [3, seq]
 
 
 def segments_of(layout):
@@ -68,34 +69,79 @@ LAYOUTS = {
     "two images": [2, ("image", (1, 2, 2)), 3, ("image", (1, 3, 1)), 2],
     "video t>1": [2, ("video", (2, 2, 3)), 3],
     "image and video": [1, ("image", (1, 2, 2)), 2, ("video", (3, 2, 2)), 1],
-    # more frames than max(h, w): 5.23 resumes text at start + max(h, w), not at the largest id + 1
+    # more frames than max(h, w): 5.3 to 5.23 resume text at start + max(h, w), not at the largest id + 1
     "long video": [2, ("video", (4, 1, 2)), 3],
+    "long video, then an image": [1, ("video", (6, 2, 2)), 2, ("image", (1, 2, 3)), 2],
 }
+
+
+def has_long_video(layout):
+    """Whether a video has more temporal patches than max(h, w): where the two resume rules differ."""
+    return any(not isinstance(item, int) and item[1][0] > max(item[1][1:]) for item in layout)
 
 
 @pytest.mark.parametrize("name", LAYOUTS)
 def test_mrope_positions_equal_hf_get_rope_index(qwen2_vl, name):
+    # transformers 5.23 equals the "transformers_5.3" rule everywhere, and the default wherever no video
+    # has more temporal patches than max(h, w)
     layout = LAYOUTS[name]
     expected = hf_rope_index(qwen2_vl, layout)
-    got = mrope_positions(segments_of(layout))
+    got = mrope_positions(segments_of(layout), resume="transformers_5.3")
     assert got.dtype == torch.long and got.shape == expected.shape
     assert torch.equal(got, expected)
+    assert torch.equal(mrope_positions(segments_of(layout)), expected) == (not has_long_video(layout))
+
+
+def test_hf_5_3_prompt_ids_and_rope_deltas_disagree_after_a_long_video(qwen2_vl):
+    # transformers 5.23 gives the text after a 6-frame 2 x 2 video the ids 4, 5, 6, but continues
+    # generation at (its largest id) + 1 = 8: a jump over 7. Under the paper's rule the text is 8, 9, 10
+    # and generation continues at 11, one past the last prompt token.
+    layout = [2, ("video", (6, 2, 2)), 3]
+    ids, delta = hf_rope_index(qwen2_vl, layout, with_delta=True)
+    assert ids[:, -3:].tolist() == [[4, 5, 6]] * 3 and ids.shape[1] + delta == 8
+    default = mrope_positions(segments_of(layout))
+    assert int(default[0, -1]) + 1 == int(default.max()) + 1 == 11
 
 
 def test_mrope_positions_by_hand():
-    # text 0 1 | a 1 x 2 x 3 image starting at 2 | text resumes at 2 + max(2, 3) = 5
+    # text 0 1 | a 1 x 2 x 3 image starting at 2 | text resumes at 2 + max(1, 2, 3) = 5
     expected = torch.tensor([[0, 1, 2, 2, 2, 2, 2, 2, 5, 6],
                              [0, 1, 2, 2, 2, 3, 3, 3, 5, 6],
                              [0, 1, 2, 3, 4, 2, 3, 4, 5, 6]])
-    assert torch.equal(mrope_positions([2, (1, 2, 3), 2], seq_len=10), expected)
+    for resume in ("largest_id_plus_one", "transformers_5.3"):  # an image: the two rules agree
+        assert torch.equal(mrope_positions([2, (1, 2, 3), 2], seq_len=10, resume=resume), expected)
     assert torch.equal(mrope_positions([5]), torch.arange(5).expand(3, 5))
 
 
-def test_mrope_positions_long_video_differs_from_max_plus_one():
-    # documents the transformers 5.23 rule: after a 4-frame 1 x 2 video at 2, text resumes at 2 + 2 = 4,
-    # while the video's ids reach 2 + 3 = 5 on the t axis
-    positions = mrope_positions([2, (4, 1, 2), 1])
-    assert positions[:, -1].tolist() == [4, 4, 4] and int(positions[0].max()) == 5
+def paper_rule(segments):
+    """The Qwen2-VL paper's rule, read literally: each segment starts one past the largest id so far."""
+    columns = []
+    for item in segments:
+        start = max((max(column) for column in columns), default=-1) + 1
+        if isinstance(item, int):
+            columns += [(start + i,) * 3 for i in range(item)]
+        else:
+            t, h, w = item
+            columns += [(start + f, start + r, start + c) for f in range(t) for r in range(h) for c in range(w)]
+    return torch.tensor(columns).T
+
+
+def test_mrope_positions_default_is_the_paper_rule():
+    # a 6-frame 2 x 2 video at 2: frames t = 2 .. 7, so the text resumes at 8 (the 5.3 rule: 2 + 2 = 4,
+    # reusing the t ids of frames 2, 3, 4)
+    positions = mrope_positions([2, (6, 2, 2), 3])
+    assert positions[:, -3:].tolist() == [[8, 9, 10]] * 3
+    assert int(positions[0, 2:26].max()) == 7
+    assert mrope_positions([2, (6, 2, 2), 3], resume="transformers_5.3")[:, -3:].tolist() == [[4, 5, 6]] * 3
+    # the example in the Qwen team's get_rope_index docstring: 3 temporal patches of 2 x 2, then 5 text
+    # tokens at "the max vision position_ids plus 1": 3, 4, 5, 6, 7
+    assert mrope_positions([(3, 2, 2), 5])[:, -5:].tolist() == [[3, 4, 5, 6, 7]] * 3
+    # two grids back to back: the image starts one past the video's last frame (t = 2), not at 0 + max(1, 1)
+    assert mrope_positions([(3, 1, 1), (1, 2, 2), 1]).tolist() == [[0, 1, 2, 3, 3, 3, 3, 5],
+                                                                   [0, 0, 0, 3, 3, 4, 4, 5],
+                                                                   [0, 0, 0, 3, 4, 3, 4, 5]]
+    for segments in ([3, (1, 3, 4), 2, (2, 2, 3), 3], [2, (6, 2, 2), 3], [1, (9, 1, 3), (1, 4, 2), 2, (5, 5, 5), 1]):
+        assert torch.equal(mrope_positions(segments), paper_rule(segments))
 
 
 def hf_mrope_tables(config, position_ids):
@@ -361,6 +407,8 @@ def test_mrope_positions_errors():
         mrope_positions([-1])
     with pytest.raises(ValueError, match="seq_len"):
         mrope_positions([2, (1, 2, 2)], seq_len=7)  # covers 6 tokens
+    with pytest.raises(ValueError, match="resume"):
+        mrope_positions([2], resume="max_hw")
 
 
 def test_axial_errors():

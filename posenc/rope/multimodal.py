@@ -22,8 +22,10 @@ Shape legend:
   and slow frequencies.
 - ``n``: patches of one image in the vision encoder; ``2``: the axial axes, row then column.
 
-Text only, the three ids are equal and M-RoPE is exactly 1-D RoPE; the tests check that, and that every
-table here equals the one Hugging Face transformers 5.23 builds.
+Text only, the three ids are equal and M-RoPE is exactly 1-D RoPE; the tests check that, that every
+table here equals the one Hugging Face transformers 5.23 builds, and that the ids equal its
+``get_rope_index`` with ``resume="transformers_5.3"`` (the default follows the Qwen2-VL paper instead; see
+``mrope_positions``).
 """
 
 from __future__ import annotations
@@ -42,7 +44,11 @@ def _grid(name: str, item) -> tuple[int, int, int]:
     return tuple(check_int(f"{name}[{axis}]", size) for axis, size in enumerate(item))
 
 
-def mrope_positions(segments, *, seq_len: int | None = None, device=None) -> torch.Tensor:
+MROPE_RESUME_RULES = ("largest_id_plus_one", "transformers_5.3")
+
+
+def mrope_positions(segments, *, resume: str = "largest_id_plus_one", seq_len: int | None = None,
+                    device=None) -> torch.Tensor:
     """M-RoPE position ids of a layout of text and image/video grids: LongTensor ``[3, seq]``.
 
     Args:
@@ -50,20 +56,27 @@ def mrope_positions(segments, *, seq_len: int | None = None, device=None) -> tor
             vision tokens as the language model sees them, i.e. after the vision encoder merged patches
             (Qwen2-VL's ``image_grid_thw`` holds ``(t, h * m, w * m)`` with ``m = spatial_merge_size``).
             A grid stands for ``t * h * w`` tokens in raster order: frame by frame, row by row.
+        resume: where the running position goes after a grid that starts at ``p``.
+            ``"largest_id_plus_one"`` (default): one past the largest id used, ``p + max(t, h, w)``. This
+            is the rule Qwen2-VL and Qwen2.5-VL were trained with: the Qwen2-VL paper's ("position
+            numbering for each modality is initialized by incrementing the maximum position ID of the
+            preceding modality by one"), the Qwen team's code, and ``get_rope_index`` in transformers up
+            to 5.2. ``"transformers_5.3"``: ``p + max(h, w)``, what ``get_rope_index`` does from
+            transformers 5.3 (the refactor huggingface/transformers#43972) through at least 5.23; kept
+            for parity tests with those versions. The two differ only after a video with more temporal
+            patches than ``max(h, w)``, where the 5.3 rule gives the following text the t ids of the
+            last frames (and disagrees with the ``rope_deltas`` those versions use for generation,
+            which count from the largest id plus one).
         seq_len: if given, the number of tokens the layout must cover (``ValueError`` otherwise).
         device: where to put the ids.
 
     Returns:
         LongTensor ``[3, seq]``: rows t, h, w. Text tokens get the running position on all three rows. The
         token at frame f, row r, column c of a grid starting at running position p gets ``(p + f, p + r,
-        p + c)``; after the grid the running position is ``p + max(h, w)``.
-
-    This equals Qwen2-VL's ``get_rope_index`` in transformers 5.23 for the same layout. After a grid, text
-    resumes at ``p + max(h, w)``: the largest id used plus one whenever ``t <= max(h, w)`` (every image).
-    For a video with more frames than ``max(h, w)``, the Qwen2-VL paper and transformers before 5.3 (the
-    rule changed with huggingface/transformers#43972) resume at the largest id plus one, ``p + t``, instead;
-    5.23 lets the following text reuse the t ids of the last frames.
+        p + c)``; after the grid the running position moves as ``resume`` says.
     """
+    if resume not in MROPE_RESUME_RULES:
+        raise ValueError(f"resume must be one of {MROPE_RESUME_RULES}, got {resume!r}")
     if not isinstance(segments, (list, tuple)):
         raise TypeError(f"segments must be a list of ints (text tokens) and (t, h, w) grids, "
                         f"got {type(segments).__name__}")
@@ -79,7 +92,7 @@ def mrope_positions(segments, *, seq_len: int | None = None, device=None) -> tor
         frame, row, column = torch.meshgrid(torch.arange(t, device=device), torch.arange(h, device=device),
                                             torch.arange(w, device=device), indexing="ij")
         pieces.append(torch.stack((frame, row, column)).reshape(3, -1) + start)
-        start += max(h, w)
+        start += max(t, h, w) if resume == "largest_id_plus_one" else max(h, w)
     positions = torch.cat(pieces, dim=1) if pieces else torch.zeros(3, 0, dtype=torch.long, device=device)
     if seq_len is not None and positions.shape[1] != check_int("seq_len", seq_len, minimum=0):
         raise ValueError(f"segments cover {positions.shape[1]} tokens (text counts plus t*h*w per grid), "
