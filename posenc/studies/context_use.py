@@ -49,8 +49,8 @@ PRESETS = {
                  curriculum_steps=2, seeds=[0], lr_grid=[1e-3, 3e-3], methods=["rope", "alibi"],
                  max_bytes=400_000, eval_tokens=256, probe_rows=4, curve_bin=8),
     # a chapter's live run (under 3 minutes on 2 cores): one learning rate, no sweep
-    "ci": dict(_COMMON, dim=64, layers=2, heads=4, train_len=64, factors=[1, 2, 4], steps=1000, batch=16, warmup=50,
-               curriculum_steps=200, seeds=[0], lr_grid=[2e-3], methods=["rope", "alibi"], eval_tokens=8192,
+    "ci": dict(_COMMON, dim=96, layers=3, heads=4, train_len=64, factors=[1, 2, 4], steps=1500, batch=16, warmup=50,
+               curriculum_steps=300, seeds=[0], lr_grid=[1e-3], methods=["rope", "alibi"], eval_tokens=8192,
                probe_rows=64, curve_bin=8),
     "full": dict(_COMMON, dim=96, layers=3, heads=4, train_len=128, factors=[1, 2, 4, 8, 16], steps=3000,
                  batch=16, warmup=100, curriculum_steps=500, seeds=[0, 1, 2, 3, 4], lr_grid=[5e-4, 1e-3, 2e-3],
