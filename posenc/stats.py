@@ -131,3 +131,37 @@ def holm(p_values: dict, level: float = 0.05) -> dict:
         rejecting = rejecting and p_values[name] <= level / (len(order) - rank)
         kept[name] = rejecting
     return {name: kept[name] for name in p_values}
+
+
+def _binomial_cdf(k: int, n: int, p: float) -> float:
+    """P(X <= k) for X ~ Binomial(n, p), summed exactly (in log space)."""
+    if p <= 0:
+        return 1.0
+    if p >= 1:
+        return 1.0 if k >= n else 0.0
+    log_p, log_q = math.log(p), math.log1p(-p)
+    return min(1.0, sum(math.exp(math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1)
+                                 + i * log_p + (n - i) * log_q) for i in range(k + 1)))
+
+
+def clopper_pearson(successes: int, trials: int, level: float = 0.95) -> tuple[float, float]:
+    """The exact (Clopper-Pearson) interval ``(low, high)`` for a binomial proportion: the p whose
+    tail probabilities of the observed count are ``(1 - level) / 2``. Unlike a t-interval it says
+    something at 0 or n successes (0 of 512 still allows up to 0.72% at 95%), and it suits counts such
+    as "3 of 5 seeds pass"."""
+    trials = check_int("trials", trials)
+    successes = check_int("successes", successes, minimum=0)
+    if successes > trials:
+        raise ValueError(f"successes must be <= trials={trials}, got {successes}")
+    tail = (1 - _check_level(level)) / 2
+
+    def solve(function, target):  # function of p, decreasing from 1 to 0 on (0, 1): bisection
+        low, high = 0.0, 1.0
+        for _ in range(60):
+            middle = (low + high) / 2
+            low, high = (middle, high) if function(middle) > target else (low, middle)
+        return (low + high) / 2
+
+    low = 0.0 if successes == 0 else solve(lambda p: _binomial_cdf(successes - 1, trials, p), 1 - tail)
+    high = 1.0 if successes == trials else solve(lambda p: _binomial_cdf(successes, trials, p), tail)
+    return low, high

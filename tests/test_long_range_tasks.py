@@ -249,3 +249,13 @@ def test_paired_p_value_at_the_t_tables_critical_value_and_holm_by_hand():
     decided = holm({"a": 0.01, "b": 0.04, "c": 0.012, "d": 0.03})
     assert decided == {"a": True, "c": True, "b": False, "d": False}
     assert holm({"a": 0.01, "b": 0.016, "c": 0.02, "d": 0.04}) == {"a": True, "b": True, "c": True, "d": True}
+
+
+def test_clopper_pearson_against_closed_forms_and_a_table():
+    from posenc.stats import clopper_pearson
+    assert clopper_pearson(0, 512)[1] == pytest.approx(1 - 0.025 ** (1 / 512), rel=1e-9)  # closed form at 0
+    assert clopper_pearson(10, 10)[0] == pytest.approx(0.025 ** (1 / 10), rel=1e-9)  # and at n
+    low, high = clopper_pearson(5, 10)  # the textbook value for 5 of 10: [0.187, 0.813]
+    assert (round(low, 3), round(high, 3)) == (0.187, 0.813)
+    with pytest.raises(ValueError, match="successes"):
+        clopper_pearson(6, 5)

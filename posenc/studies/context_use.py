@@ -36,7 +36,7 @@ import torch
 
 from .. import data, evaluate, tasks
 from ..attention import POSITION_METHODS
-from ..stats import t_interval
+from ..stats import clopper_pearson, t_interval
 from .common import (PROBES, distance_range, make_model, over_seeds, paired_seed_interval, positive_control,  # noqa: F401
                      probe_batch, rank, retrieval, save_checkpoint, score_lengths, task_mixture, train_recorded)
 from .context_extension import extension_recipe
@@ -157,12 +157,14 @@ def seed_runs(record: dict) -> list[dict]:
 
 
 def controls(record: dict) -> dict:
-    """``{method: {"passed": seeds passing, "seeds": seeds run, "accuracy": [per seed]}}`` of the positive
-    control at the record's ``control_threshold``."""
+    """``{method: {"passed": seeds passing, "seeds": seeds run, "interval": Clopper-Pearson 95% interval of
+    the passing rate, "accuracy": [per seed]}}`` of the positive control at ``control_threshold``."""
     threshold, out = record["config"]["control_threshold"], {}
     for method in record["config"]["methods"]:
         values = over_seeds(record, "positive_control", "accuracy", method=method, runs=seed_runs(record))
-        out[method] = {"passed": sum(v >= threshold for v in values.values()), "seeds": len(values),
+        passed = sum(v >= threshold for v in values.values())
+        out[method] = {"passed": passed, "seeds": len(values),
+                       "interval": clopper_pearson(passed, len(values)) if values else None,
                        "accuracy": [values[s] for s in sorted(values)]}
     return out
 
