@@ -242,9 +242,8 @@ def task_mixture(train_bytes: torch.Tensor, config: dict, batch: int, length: in
     pairs), the other rows plain text. Tasks lie within the first ``task_span`` tokens (the curriculum),
     and end at a log-uniform place in it, so that short, easy instances are as common at every stage as
     long ones (with uniform ends, induction formed several times more slowly here); a copy's distance is
-    uniform over what fits before its end. With
-    ``config["tasks_first"]``, every row is a task while the curriculum lasts (the two tasks in the
-    mixture's proportions), and text joins after it. Task rows score only the task's tokens, text rows
+    uniform over what fits before its end. With ``config["tasks_first"]``, every row is a task while the
+    curriculum lasts (the two tasks in the mixture's proportions), and text joins after it. Task rows score only the task's tokens, text rows
     every token. The function counts its calls to follow the curriculum."""
     calls = [0]
     block, pairs = config["block"], config["pairs"]
@@ -282,7 +281,10 @@ def distance_range(config: dict, factor: int, task: str = "copy") -> tuple[int, 
     all that fit within L for factor 1, else those beyond half the length (so each length's bucket holds
     distances no shorter length could)."""
     L = config["train_len"]
-    shortest, room = (config["block"], config["block"] + 1) if task == "copy" else (18, 18)  # passkey: 5 digits
+    if task == "copy":  # the block itself, and the repeat plus BOS
+        shortest, room = config["block"], config["block"] + 1
+    else:  # the needle (text, 5 digits, newline) before the question, and the question (text, 5 digits) plus BOS
+        shortest, room = len(tasks.PASSKEY_TEXT) + 6, len(tasks.PASSKEY_TEXT) + 6
     if factor == 1:
         return shortest, L - room
     return factor * L // 2 + 1, factor * L - room
