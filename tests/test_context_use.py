@@ -1,6 +1,7 @@
 """The context-use study (posenc.studies.context_use): the learning-rate rule on hand-made sweep records,
 the order of runs, the curriculum, and a tiny run end to end."""
 
+import pytest
 import torch
 
 from posenc import data, tasks
@@ -118,3 +119,19 @@ def test_one_learning_rate_needs_no_sweep():
     while (key := cu.next_run(config, runs)) is not None:
         runs.append(key)
     assert runs == [{"method": m, "seed": 0, "lr": config["lr_grid"][0]} for m in config["methods"]]
+
+
+def test_span_losses_are_the_per_span_means_behind_the_perplexity():
+    import math
+
+    from posenc.studies.common import score_lengths
+    torch.manual_seed(0)
+    model = cu.build("rope", dict(cu.PRESETS["tiny"]))
+    validation = data.stdlib_corpus(50_000)
+    config = dict(cu.PRESETS["tiny"], span_losses=True, eval_tokens=384)
+    out = score_lengths(model, validation, config, [48, 96], bos=tasks.BOS)
+    for n in ("48", "96"):
+        spans = out["perplexity"][n]["span_losses"]
+        assert len(spans) == 384 // 96  # spans of the longest length (2L)
+        assert math.exp(sum(spans) / len(spans)) == pytest.approx(out["perplexity"][n]["perplexity"], rel=1e-4)
+    assert out["perplexity"]["48"]["span_losses"] != out["perplexity"]["96"]["span_losses"]

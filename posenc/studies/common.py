@@ -55,10 +55,15 @@ def rounded(values, digits: int = 4) -> list[float]:
 
 
 def _rounded_summary(losses: torch.Tensor, config: dict) -> dict:
-    """Perplexity with a bootstrap interval over spans (the windows cut from one span move together)."""
+    """Perplexity with a bootstrap interval over spans (the windows cut from one span move together);
+    with ``config["span_losses"]``, also each span's mean loss (``"span_losses"``, nats), so that a
+    difference between two readings can be bootstrapped over text as well as over seeds."""
     group = longest(config) // losses.shape[1]
-    return {name: round(value, 5) if isinstance(value, float) else value
-            for name, value in evaluate.perplexity_summary(losses, group=group).items()}
+    summary = {name: round(value, 5) if isinstance(value, float) else value
+               for name, value in evaluate.perplexity_summary(losses, group=group).items()}
+    if config.get("span_losses"):
+        summary["span_losses"] = rounded(losses.double().view(losses.shape[0] // group, -1).mean(dim=1), 5)
+    return summary
 
 
 def score_lengths(model: torch.nn.Module, validation: torch.Tensor, config: dict, lengths, *,

@@ -62,7 +62,7 @@ PRESETS = {
 # that it uses its context within L before any recipe stretches it; retrieval by source distance replaces
 # the passkey grid, and the fine-tunes see the same mixture at their length (no curriculum).
 _TASKS = dict(mixture={"copy": 0.35, "recall": 0.15}, block=8, pairs=4, tasks_first=True, window_mean=True,
-              lr=1e-3, probe_rows=128)
+              lr=1e-3, probe_rows=128, span_losses=True)
 PRESETS["tasks-tiny"] = {**PRESETS["tiny"], **_TASKS, "train_len": 48, "curriculum_steps": 2, "probe_rows": 4,
                          "recipes": ["YaRN", "YaRN, t = 1", "Llama 3, YaRN's t"]}
 PRESETS["tasks"] = {**PRESETS["full"], **_TASKS, "steps": 3000, "curriculum_steps": 500,
