@@ -276,7 +276,10 @@ class MultiHeadAttention(Float32Buffers):
 
     def _shift_keys(self, k: torch.Tensor, shift: int) -> torch.Tensor:
         """Keys rotated by ``shift`` more positions (negative: back), for a rolling cache. Rotations compose."""
-        # (LongRoPE's long factors apply once the kept keys reach the original length, as in a fresh pass)
+        # The shift uses the table for the kept length. It is exact while that is the table the keys were
+        # rotated with. With LongRoPE or dynamic scaling the table changes once the kept keys pass the
+        # original length: a key rotated with the short table and shifted with the long one is then at
+        # neither table's position, while a fresh pass rotates every key with the long table.
         inv_freq = self.rotary.frequencies_for(torch.arange(k.shape[2], device=k.device))
         cos, sin = rope_cos_sin(torch.full((k.shape[2],), shift, device=k.device), inv_freq,
                                 interleaved=self.rotary.interleaved)

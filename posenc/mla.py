@@ -52,7 +52,8 @@ def yarn_mscale(factor: float, mscale: float = 1.0) -> float:
 
 def yarn_softmax_scale(head_dim: int, scaling: dict | None = None) -> float:
     """The softmax scale of DeepSeek's attention: ``head_dim ** -0.5``, times ``yarn_mscale(factor,
-    mscale_all_dim) ** 2`` when ``scaling`` is YaRN with a non-zero ``mscale_all_dim``.
+    mscale_all_dim) ** 2`` when ``scaling`` has a non-zero ``mscale_all_dim`` and a ``rope_type`` other than
+    ``"default"`` (as Hugging Face's ``yarn_apply_mscale``: in shipped checkpoints that type is YaRN).
 
     Args:
         head_dim: the width a score sums over (``qk_nope_head_dim + qk_rope_head_dim`` in MLA).
@@ -70,9 +71,9 @@ def yarn_softmax_scale(head_dim: int, scaling: dict | None = None) -> float:
         raise TypeError(f"scaling must be a rope_parameters dict or None, got {type(scaling).__name__}")
     rope_type = scaling.get("rope_type", scaling.get("type", "default"))
     mscale_all_dim = scaling.get("mscale_all_dim") or 0
-    if rope_type == "yarn" and mscale_all_dim:
+    if rope_type != "default" and mscale_all_dim:
         if "factor" not in scaling:
-            raise ValueError("scaling with rope_type 'yarn' and mscale_all_dim needs scaling['factor']")
+            raise ValueError(f"scaling with rope_type {rope_type!r} and mscale_all_dim needs scaling['factor']")
         mscale = yarn_mscale(float(scaling["factor"]), float(mscale_all_dim))
         scale = scale * mscale * mscale  # in Hugging Face's order, so the float is the same
     return scale
@@ -174,8 +175,9 @@ class MultiHeadLatentAttention(Float32Buffers):
         kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim (even), v_head_dim: see the module's shape legend.
         q_lora_rank: width of the query bottleneck (``q_a_proj`` -> ``q_a_layernorm`` -> ``q_b_proj``), or
             None for one ``q_proj``.
-        rope_base, rope_scaling: as for ``rope_frequencies`` over ``qk_rope_head_dim`` features; a YaRN
-            ``mscale_all_dim`` also sets the softmax scale (``yarn_softmax_scale``).
+        rope_base, rope_scaling: as for ``rope_frequencies`` over ``qk_rope_head_dim`` features
+            (``rope_base=None``: the dict's ``rope_theta``, else 10000); an ``mscale_all_dim`` in the dict
+            also sets the softmax scale (``yarn_softmax_scale``).
         rope_interleaved: True (DeepSeek's weights, Hugging Face's ``rope_interleave``) reads the rotary
             features as pairs (2i, 2i+1) and applies ``deinterleave`` before a half-split rotation;
             False rotates them half-split as they come.
@@ -188,7 +190,7 @@ class MultiHeadLatentAttention(Float32Buffers):
     float32_buffers = ("inv_freq",)
 
     def __init__(self, dim: int, n_heads: int, *, kv_lora_rank: int, qk_nope_head_dim: int, qk_rope_head_dim: int,
-                 v_head_dim: int, q_lora_rank: int | None = None, rope_base: float = 10000.0,
+                 v_head_dim: int, q_lora_rank: int | None = None, rope_base: float | None = None,
                  rope_scaling: dict | None = None, rope_interleaved: bool = True, causal: bool = True):
         super().__init__()
         self.dim = check_int("dim", dim)

@@ -11,6 +11,7 @@ import math
 import pytest
 import torch
 
+from posenc import rope_frequencies
 from posenc.mla import (LatentCache, MultiHeadLatentAttention, absorbed_scores, deinterleave, yarn_mscale,
                         yarn_softmax_scale)
 
@@ -104,6 +105,10 @@ SCALE_CASES = [
     (16, {k: v for k, v in YARN.items() if k not in ("mscale", "mscale_all_dim")}),  # no mscale_all_dim
     (16, dict(rope_type="linear", rope_theta=10000.0, factor=4.0)),
     (16, dict(rope_type="default", rope_theta=10000.0)),
+    # review P4-n5: Hugging Face applies mscale_all_dim for every type but "default", not only YaRN
+    (16, dict(rope_type="linear", rope_theta=10000.0, factor=4.0, mscale_all_dim=1.0)),
+    (16, dict(rope_type="dynamic", rope_theta=10000.0, factor=8.0, mscale_all_dim=0.5)),
+    (16, dict(rope_type="default", rope_theta=10000.0, factor=4.0, mscale_all_dim=1.0)),
 ]
 
 
@@ -127,6 +132,24 @@ def test_yarn_softmax_scale_formula_and_attention_layer():
                               q_lora_rank=None, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=8,
                               rope_parameters=dict(scaling))
     assert DeepseekV3Attention(config, layer_idx=0).scaling == yarn_softmax_scale(head_dim, scaling)
+    # any non-default type with mscale_all_dim takes the squared factor; "default" never does
+    linear = dict(rope_type="linear", factor=4.0, mscale_all_dim=1.0)
+    assert yarn_softmax_scale(16, linear) == pytest.approx(0.25 * (0.1 * math.log(4.0) + 1.0) ** 2, rel=1e-15)
+    assert yarn_softmax_scale(16, {**linear, "rope_type": "default"}) == 0.25
+
+
+def test_rope_base_defaults_to_the_dicts_rope_theta():
+    # review P4-n4: a rope_parameters dict that carries its own rope_theta, and no rope_base
+    exponents = torch.arange(0, TINY["qk_rope_head_dim"], 2, dtype=torch.float64) / TINY["qk_rope_head_dim"]
+    plain = MultiHeadLatentAttention(**TINY, rope_scaling={"rope_type": "default", "rope_theta": 50000.0})
+    torch.testing.assert_close(plain.inv_freq.double(), 50000.0 ** -exponents, rtol=1e-7, atol=0)
+    kimi = {**YARN, "rope_theta": 50000.0}  # Kimi K2's base with YaRN
+    mla = MultiHeadLatentAttention(**TINY, rope_scaling=kimi)
+    assert torch.equal(mla.inv_freq, rope_frequencies(TINY["qk_rope_head_dim"], scaling=kimi)[0])
+    no_dict = MultiHeadLatentAttention(**TINY)  # no dict: base 10000, as before
+    torch.testing.assert_close(no_dict.inv_freq.double(), 10000.0 ** -exponents, rtol=1e-7, atol=0)
+    with pytest.raises(ValueError, match="base"):  # an explicit base that disagrees still raises
+        MultiHeadLatentAttention(**TINY, rope_base=10000.0, rope_scaling=kimi)
 
 
 # ---- the lesson: RoPE does not commute with the low-rank key cache; decoupling restores absorption --------

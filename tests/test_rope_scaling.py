@@ -105,6 +105,32 @@ def test_partial_dynamic_equals_hugging_face(seq_len):
     torch.testing.assert_close(inv_freq, expected, rtol=1e-6, atol=0)  # largest seen: 0 (bit-equal)
 
 
+@pytest.mark.parametrize("seq_len", [None, 1000, 3000, 9000])
+def test_dynamic_takes_hugging_faces_dict(seq_len):
+    # review P4-n6: Hugging Face's dynamic dict names only factor (and rope_theta); the original length is
+    # config.max_position_embeddings, which posenc accepts under that name
+    hf = {"rope_type": "dynamic", "factor": 2.0, "rope_theta": 10000.0}
+    expected, _ = hugging_face(64, hf, max_position_embeddings=2048, seq_len=seq_len)
+    inv_freq, _ = rope_frequencies(64, scaling={**hf, "max_position_embeddings": 2048}, seq_len=seq_len)
+    torch.testing.assert_close(inv_freq, expected, rtol=1e-6, atol=0)
+    # by hand: base * (s * L / L0 - (s - 1)) ** (d / (d - 2)), with L = max(seq_len, L0)
+    length = max(seq_len or 2048, 2048)
+    base = 10000.0 * (2.0 * length / 2048 - 1.0) ** (64 / 62)
+    torch.testing.assert_close(inv_freq.double(), base ** -(torch.arange(0, 64, 2, dtype=torch.float64) / 64),
+                               rtol=1e-6, atol=0)
+    rotary = RotaryEmbedding(64, scaling={**hf, "max_position_embeddings": 2048})  # the module reads it too
+    torch.testing.assert_close(rotary.frequencies_for(torch.arange(seq_len or 1)), expected if seq_len else
+                               rope_frequencies(64, scaling={**hf, "max_position_embeddings": 2048})[0])
+
+
+def test_dynamic_original_length_errors_name_the_keys():
+    with pytest.raises(ValueError, match="original_max_position_embeddings.*max_position_embeddings"):
+        rope_frequencies(64, scaling={"rope_type": "dynamic", "factor": 2.0})
+    with pytest.raises(ValueError, match="disagree"):
+        rope_frequencies(64, scaling={"rope_type": "dynamic", "factor": 2.0, "max_position_embeddings": 2048,
+                                      "original_max_position_embeddings": 4096})
+
+
 # ---- longrope --------------------------------------------------------------------------------------------
 
 LONGROPE = {"rope_type": "longrope", "short_factor": random_factors(32, 2), "long_factor": random_factors(32, 3),

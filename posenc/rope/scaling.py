@@ -32,7 +32,9 @@ ROPE_TYPES = {
     "default": ((), ()),
     "linear": (("factor",), ()),
     "ntk": (("factor",), ()),
-    "dynamic": (("factor", "original_max_position_embeddings"), ()),
+    # dynamic's original length: posenc's original_max_position_embeddings, or Hugging Face's name for it,
+    # max_position_embeddings (HF's dynamic dict holds only factor; the length is config.max_position_embeddings)
+    "dynamic": (("factor",), ("original_max_position_embeddings", "max_position_embeddings")),
     "yarn": (("factor", "original_max_position_embeddings"),
              ("beta_fast", "beta_slow", "attention_factor", "mscale", "mscale_all_dim", "truncate")),
     "llama3": (("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"),
@@ -142,12 +144,31 @@ def _parse_scaling(scaling, base=None) -> tuple[str, dict, float]:
     for key in ("original_max_position_embeddings", "max_position_embeddings"):
         if key in params:
             check_int(f"scaling[{key!r}]", params[key])
+    if rope_type == "dynamic":
+        params = _dynamic_original_length(params)
     if "partial_rotary_factor" in params:
         share = check_positive_float("scaling['partial_rotary_factor']", params["partial_rotary_factor"])
         if share > 1:
             raise ValueError(f"scaling['partial_rotary_factor'] must be in (0, 1] (the share of head_dim that "
                              f"rotates), got {share}")
     return rope_type, params, base
+
+
+def _dynamic_original_length(params: dict) -> dict:
+    """``params`` with dynamic's original length under ``original_max_position_embeddings`` (taken from
+    Hugging Face's ``max_position_embeddings`` when only that is given)."""
+    original = params.get("original_max_position_embeddings")
+    hf_length = params.pop("max_position_embeddings", None)
+    if original is None and hf_length is None:
+        raise ValueError("scaling with rope_type='dynamic' needs the original length: "
+                         "'original_max_position_embeddings', or 'max_position_embeddings' as Hugging Face's "
+                         "config names it")
+    if original is not None and hf_length is not None and original != hf_length:
+        raise ValueError(f"scaling['original_max_position_embeddings']={original} and "
+                         f"scaling['max_position_embeddings']={hf_length} disagree; for 'dynamic' both name the "
+                         f"original length: pass one")
+    params["original_max_position_embeddings"] = original if original is not None else hf_length
+    return params
 
 
 def _rotary_dim(head_dim: int, params: dict) -> int:
@@ -307,7 +328,9 @@ def rope_frequencies(head_dim: int, *, base: float | None = None, scaling: dict 
             ``"linear"`` (factor: position interpolation, Chen et al. 2023),
             ``"ntk"`` (factor: NTK-aware base change, ``base * factor**(r/(r-2))``; posenc's static form,
             Hugging Face has no such type),
-            ``"dynamic"`` (factor, original_max_position_embeddings: NTK base change grown with seq_len),
+            ``"dynamic"`` (factor, original_max_position_embeddings: NTK base change grown with seq_len; the
+            original length may instead be given as ``max_position_embeddings``, the Hugging Face config's
+            field that its dynamic type reads),
             ``"yarn"`` (factor, original_max_position_embeddings, optional beta_fast=32, beta_slow=1,
             attention_factor, mscale, mscale_all_dim, truncate=True),
             ``"llama3"`` (factor, low_freq_factor <= high_freq_factor, original_max_position_embeddings;
