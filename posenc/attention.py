@@ -299,8 +299,8 @@ class MultiHeadAttention(Float32Buffers):
             bias = self.attention_bias(q_len, k_len, device=q.device, query_positions=positions,
                                        key_positions=key_positions)
         else:
-            bias = position_bias
-            visible = layer_mask(q_len, k_len, causal=False, window=self.window, chunk=self.chunk, device=q.device) \
+            bias = position_bias  # already masked by the caller's layer; a window or chunk layer is causal
+            visible = layer_mask(q_len, k_len, causal=True, window=self.window, chunk=self.chunk, device=q.device) \
                 if (self.window or self.chunk) else None
             if visible is not None:
                 bias = bias.masked_fill(~visible, float("-inf"))

@@ -28,8 +28,8 @@ One example per family, written out (``family_plan`` returns the same lists; the
                         "beta_fast": 32.0, "beta_slow": 1.0, "truncate": False})
     gpt_oss = repeat_pattern({"S": LayerSpec("rope", rope=yarn, window=w, sinks=True),
                               "F": LayerSpec("rope", rope=yarn, sinks=True)}, "SF", n_layers=8)
-    # SmolLM3: RoPE at base 2e6, every 4th layer NoPE
-    smollm3 = every_nth(LayerSpec("none"), 4, otherwise=LayerSpec("rope", rope=Rope(2e6)), n_layers=8)
+    # SmolLM3: RoPE at base 5e6 (SmolLM3-3B's config.json), every 4th layer NoPE
+    smollm3 = every_nth(LayerSpec("none"), 4, otherwise=LayerSpec("rope", rope=Rope(5e6)), n_layers=8)
 
     model = TransformerLM(256, 96, 12, 4, position="none", plan=gemma3)
     print(model.describe_plan())  # one line per layer
@@ -219,7 +219,8 @@ def family_plan(family: str, n_layers: int, *, window: int = 32, original_contex
     - ``"cohere2"``: 3 sliding-window RoPE layers (base 5e4, interleaved) : 1 global NoPE layer.
     - ``"gpt-oss"``: sliding-window and full layers alternating, all RoPE (base 1.5e5, YaRN factor 32,
       beta 32/1, truncate False) with learned sinks.
-    - ``"smollm3"``: RoPE (base 2e6) everywhere but every 4th layer, which is NoPE; no windows.
+    - ``"smollm3"``: RoPE (base 5e6, as SmolLM3-3B ships it after its long-context stages; ``SmolLM3Config``'s
+      class default is 2e6) everywhere but every 4th layer, which is NoPE; no windows.
     """
     check_choice("family", family, PLAN_FAMILIES)
     window, original_context = check_int("window", window), check_int("original_context", original_context)
@@ -242,5 +243,5 @@ def family_plan(family: str, n_layers: int, *, window: int = 32, original_contex
         rope = Rope(base=1.5e5, scaling=scaling)
         sliding, full = LayerSpec("rope", rope=rope, window=window, sinks=True), LayerSpec("rope", rope=rope, sinks=True)
         return repeat_pattern({"S": sliding, "F": full}, "SF", n_layers)
-    nope, rope = LayerSpec("none"), LayerSpec("rope", rope=Rope(base=2e6))
+    nope, rope = LayerSpec("none"), LayerSpec("rope", rope=Rope(base=5e6))
     return every_nth(nope, 4, otherwise=rope, n_layers=n_layers)

@@ -7,9 +7,11 @@ a factor that grows with log n; Llama 4 applies a stepwise version of it to the 
     q  <-  q * (1 + scale * ln(1 + floor((p + 1) / floor_scale)))          (p: the query's position)
 
 so the factor is exactly 1 for the first ``floor_scale - 1`` positions and rises by ``scale * ln 2``,
-``scale * ln 3``, ... at each further multiple of ``floor_scale``. (Mistral's ``llama_4_scaling_beta`` uses
-the same rule.) Hugging Face's ``Llama4TextAttention`` (``attn_temperature_tuning``) computes the same
-numbers; the tests check.
+``scale * ln 3``, ... at each further multiple of ``floor_scale``. (Mistral's ``llama_4_scaling_beta``, in
+Ministral 3 and Mistral 4, has the same form but steps one position later, ``floor(p / L0)`` with L0 the
+``original_max_position_embeddings``, and scales the queries of every layer, after RoPE; transformers'
+``ministral3.get_llama_4_attn_scale``.) Hugging Face's ``Llama4TextAttention`` (``attn_temperature_tuning``)
+computes the same numbers as this function; the tests check.
 """
 
 from __future__ import annotations

@@ -11,6 +11,8 @@ the identity on the Hugging Face side, which the tests say where they do it.
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from torch import nn
@@ -192,3 +194,17 @@ def test_half_split_families_with_and_without_a_window(family):
     if family != "llama":  # Qwen's layer_types: sliding from max_window_layers on
         check_layer(f"{family} sliding layer", config, model, 1, LayerSpec("rope", rope=rope, window=12),
                     prepare=prepare)
+
+
+def test_ministral3_temperature_steps_one_position_after_llama4s():
+    # posenc.temperature's docstring (review P5-n4): Mistral's llama_4_scaling_beta is Llama 4's form with
+    # floor(p / L0) in place of floor((p + 1) / f): one position later (at f = L0 = 16384, p = 16383 is 1.0
+    # for Ministral 3 and 1 + 0.1 ln 2 for Llama 4)
+    from transformers.models.ministral3.modeling_ministral3 import get_llama_4_attn_scale
+    from posenc.temperature import attention_temperature
+    positions = torch.tensor([[0, 1, 16382, 16383, 16384, 32767, 32768, 50000]])
+    ministral = get_llama_4_attn_scale(positions, 0.1, 16384)[:, 0, :, 0]  # [batch, seq]
+    torch.testing.assert_close(ministral[:, 1:], attention_temperature(positions[:, 1:] - 1, floor_scale=16384))
+    by_hand = [1 + 0.1 * math.log(1 + p // 16384) for p in positions[0].tolist()]
+    assert ministral[0].tolist() == pytest.approx(by_hand, abs=1e-6)
+    assert ministral[0, 3] == 1.0 and attention_temperature(positions)[0, 3] > 1.06

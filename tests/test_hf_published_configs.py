@@ -22,6 +22,7 @@ transformers = pytest.importorskip("transformers")
 
 from posenc import MultiHeadAttention  # noqa: E402
 from posenc.hf_config import plan_from_hf_config  # noqa: E402
+from posenc.plan import family_plan  # noqa: E402
 from hf_layers import check_layer, unit_embeddings  # noqa: E402
 
 # meta-llama/Llama-3.1-8B-Instruct config.json (transformers 4.42.3), as written out in a public test that
@@ -281,6 +282,14 @@ def test_smollm3_3b_every_4th_layer_is_nope():
     plan = plan_from_hf_config(SMOLLM3_3B)
     assert layers_described(plan) == {"rope(base=5e+06)": 27, "none": 9}
     assert [i for i, spec in enumerate(plan) if spec.position == "none"] == every_nth_layer(4, 36)
+    # posenc's SmolLM3 family preset is this checkpoint's layout and base (review P5-n1: it had the class
+    # default 2e6), layer by layer: the same positions and the same rotary frequencies
+    family = family_plan("smollm3", 36)
+    assert [spec.position for spec in family] == [spec.position for spec in plan]
+    for ours, published in zip(family, plan):
+        if ours.position == "rope":
+            layers = [MultiHeadAttention.from_spec(2048, 16, spec) for spec in (ours, published)]
+            assert layers[0].rotary.base == layers[1].rotary.base == SMOLLM3_3B["rope_theta"]
 
 
 def test_mistral_7b_v01_layers_equal_hugging_face():

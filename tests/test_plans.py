@@ -108,6 +108,31 @@ def test_uniform_plan_reproduces_the_position_argument_bit_for_bit():
             assert torch.equal(old(tokens), new(tokens)), position
 
 
+@pytest.mark.parametrize("spec", [LayerSpec("t5", window=4), LayerSpec("t5", chunk=4)])
+def test_uniform_plan_of_windowed_or_chunked_t5_layers(spec):
+    # review P5-m8: equal T5 layers share one bias per pass, and a window or chunk crashed on that path
+    tokens = torch.randint(0, 50, (1, 16), generator=torch.Generator().manual_seed(4))
+    model = _model([spec] * 2)
+    assert model.t5_layers_share
+    with torch.no_grad():
+        logits = model(tokens)
+        model.t5_layers_share = False  # each layer builds its own bias and mask (the mixed-plan path)
+        torch.testing.assert_close(logits, model(tokens), rtol=0, atol=1e-6)
+        model.t5_layers_share = True
+        # which tokens can reach query i, from the masks' definitions: two windows of 4 reach 6 back,
+        # chunks of 4 never leave the query's chunk
+        first = (lambda i: max(0, i - 6)) if spec.window else (lambda i: i - i % 4)
+        for i in (7, 9, 14):
+            changed = tokens.clone()
+            changed[0, first(i) - 1] = (changed[0, first(i) - 1] + 1) % 50  # just out of reach
+            torch.testing.assert_close(model(changed)[:, i], logits[:, i], rtol=0, atol=1e-6)
+            changed[0, first(i)] = (changed[0, first(i)] + 1) % 50  # the farthest token in reach
+            assert (model(changed)[:, i] - logits[:, i]).abs().max() > 1e-4, i
+        cache = model.new_cache()
+        steps = [model(tokens[:, t:t + 1], cache=cache) for t in range(16)]
+    torch.testing.assert_close(torch.cat(steps, dim=1), logits, rtol=0, atol=2e-5)
+
+
 def test_plans_are_data():
     plan = family_plan("gemma3", 6)
     assert plan_from_dict(json.loads(json.dumps(plan_to_dict(plan)))) == plan
