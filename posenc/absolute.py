@@ -10,21 +10,48 @@ import torch.nn.functional as F
 from torch import nn
 
 from ._float32 import Float32Buffers
-from ._validate import check_even, check_int, check_positive_float, check_tensor
+from ._validate import check_choice, check_even, check_int, check_positive_float, check_tensor
+
+
+#: Orders of the sine and cosine columns in use (see ``sinusoidal_encoding``).
+SINUSOID_LAYOUTS = ("interleaved", "sin_cos", "cos_sin")
+#: Spacings of the frequencies in use: ``w_i = base ** (-i / denominator)``, ``i = 0 .. dim/2 - 1``.
+FREQ_DENOMINATORS = ("d/2", "d/2-1")
 
 
 def sinusoidal_encoding(n_positions: int, dim: int, *, base: float = 10000.0, offset: int = 0,
+                        layout: str = "interleaved", freq_denominator: str = "d/2",
                         dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """The sinusoidal position table.
 
-    ``PE[row, 2i] = sin(p / base**(2i/dim))`` and ``PE[row, 2i+1] = cos(p / base**(2i/dim))``
-    with ``p = offset + row``.
+    With the defaults, Vaswani et al.'s formula: ``PE[row, 2i] = sin(p * w_i)`` and
+    ``PE[row, 2i+1] = cos(p * w_i)`` with ``w_i = base**(-2i/dim)`` and ``p = offset + row``.
+
+    Released code uses three column orders and two frequency spacings; ``layout`` and
+    ``freq_denominator`` build each of them (chapter 3):
+
+    - ``layout="interleaved"``: ``sin, cos`` pairs, ``PE[row, 2i] = sin``, ``PE[row, 2i+1] = cos``
+      (the paper);
+      ``"sin_cos"``: all sines, then all cosines, ``PE[row, i] = sin``, ``PE[row, dim/2 + i] = cos``
+      (tensor2tensor, fairseq, Whisper, each axis of MAE's 2D table);
+      ``"cos_sin"``: all cosines, then all sines (diffusers' ``flip_sin_to_cos=True``, DiT's and GLIDE's
+      timestep embedding, MusicGen).
+    - ``freq_denominator="d/2"``: ``w_i = base**(-i/(dim/2)) = base**(-2i/dim)`` (the paper, MAE, diffusers'
+      ``downscale_freq_shift=0``); ``"d/2-1"``: ``w_i = base**(-i/(dim/2 - 1))``, so the slowest pair's
+      wavelength is exactly ``2*pi*base`` (tensor2tensor, fairseq, Whisper, diffusers' default
+      ``downscale_freq_shift=1``).
+
+    For example Whisper's encoder table ``sinusoids(length, channels)`` is
+    ``sinusoidal_encoding(length, channels, layout="sin_cos", freq_denominator="d/2-1")``, and fairseq's
+    table, whose positions start after the padding index, is the same with ``offset=padding_idx + 1``.
 
     Args:
         n_positions: number of rows (positions), >= 1.
-        dim: model width, a positive even integer.
+        dim: model width, a positive even integer (>= 4 with ``freq_denominator="d/2-1"``).
         base: wavelength base (10000 in the original Transformer), > 0.
         offset: position of the first row, >= 0 (used when decoding with a cache).
+        layout: ``"interleaved"``, ``"sin_cos"`` or ``"cos_sin"``.
+        freq_denominator: ``"d/2"`` or ``"d/2-1"``.
         dtype: dtype of the result; the trigonometry is always done in float64 and then cast.
 
     Returns:
@@ -34,25 +61,38 @@ def sinusoidal_encoding(n_positions: int, dim: int, *, base: float = 10000.0, of
     dim = check_even("dim", dim)
     base = check_positive_float("base", base)
     offset = check_int("offset", offset, minimum=0)
+    layout = check_choice("layout", layout, SINUSOID_LAYOUTS)
+    freq_denominator = check_choice("freq_denominator", freq_denominator, FREQ_DENOMINATORS)
+    half = dim // 2
+    if freq_denominator == "d/2-1" and half < 2:
+        raise ValueError(f"dim must be >= 4 with freq_denominator='d/2-1' (it divides by dim/2 - 1), "
+                         f"got {dim}")
+    denominator = half if freq_denominator == "d/2" else half - 1
     positions = torch.arange(offset, offset + n_positions, dtype=torch.float64)
-    inv_freq = base ** (-torch.arange(0, dim, 2, dtype=torch.float64) / dim)  # [dim/2]
+    inv_freq = base ** (-torch.arange(half, dtype=torch.float64) / denominator)  # [dim/2]
     angles = positions[:, None] * inv_freq[None, :]  # [n_positions, dim/2]
-    table = torch.stack((angles.sin(), angles.cos()), dim=-1)  # [n_positions, dim/2, 2]
-    return table.reshape(n_positions, dim).to(dtype)
+    if layout == "interleaved":
+        table = torch.stack((angles.sin(), angles.cos()), dim=-1).reshape(n_positions, dim)
+    elif layout == "sin_cos":
+        table = torch.cat((angles.sin(), angles.cos()), dim=-1)
+    else:
+        table = torch.cat((angles.cos(), angles.sin()), dim=-1)
+    return table.to(dtype)
 
 
 def sinusoidal_encoding_2d(height: int, width: int, dim: int, *, base: float = 10000.0,
+                           layout: str = "interleaved", freq_denominator: str = "d/2",
                            dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """A 2D sinusoidal table for a ``height x width`` grid of patches, flattened row by row.
 
     Row ``r * width + c`` (patch in grid row r, column c) is ``[PE_1d(r), PE_1d(c)]``: the first
     ``dim/2`` features are ``sinusoidal_encoding`` of the row index, the last ``dim/2`` of the column
-    index (as in MAE's 2D sin-cos table, up to the order of the features).
+    index. With ``layout="sin_cos"`` this is MAE's 2D sin-cos table (``[sin_h | cos_h | sin_w | cos_w]``).
 
     Args:
         height, width: grid size, >= 1.
         dim: model width, a positive multiple of 4.
-        base: as in ``sinusoidal_encoding``.
+        base, layout, freq_denominator: as in ``sinusoidal_encoding``, for each half.
         dtype: dtype of the result.
 
     Returns:
@@ -62,8 +102,9 @@ def sinusoidal_encoding_2d(height: int, width: int, dim: int, *, base: float = 1
     dim = check_int("dim", dim)
     if dim % 4:
         raise ValueError(f"dim must be a positive multiple of 4 (two even halves), got {dim}")
-    rows = sinusoidal_encoding(height, dim // 2, base=base, dtype=dtype)  # [height, dim/2]
-    cols = sinusoidal_encoding(width, dim // 2, base=base, dtype=dtype)  # [width, dim/2]
+    options = {"base": base, "layout": layout, "freq_denominator": freq_denominator, "dtype": dtype}
+    rows = sinusoidal_encoding(height, dim // 2, **options)  # [height, dim/2]
+    cols = sinusoidal_encoding(width, dim // 2, **options)  # [width, dim/2]
     grid = torch.cat((rows[:, None, :].expand(height, width, dim // 2),
                       cols[None, :, :].expand(height, width, dim // 2)), dim=-1)
     return grid.reshape(height * width, dim)
@@ -118,24 +159,30 @@ class SinusoidalEncoding(Float32Buffers):
 
     The table is computed on demand (cached for the longest length seen), so any length works.
     ``scale`` (default 1, the original Transformer) multiplies the table, to match it to the size of the
-    token embeddings it is added to. The cached table stays float32 when the module is cast to half
-    precision; it is cast to ``x``'s dtype only when added.
+    token embeddings it is added to. ``layout`` and ``freq_denominator`` choose one of the layouts in use
+    (see ``sinusoidal_encoding``; default: the paper's). The cached table stays float32 when the module is
+    cast to half precision; it is cast to ``x``'s dtype only when added.
     """
 
     float32_buffers = ("_table",)
 
-    def __init__(self, dim: int, *, base: float = 10000.0, scale: float = 1.0):
+    def __init__(self, dim: int, *, base: float = 10000.0, scale: float = 1.0, layout: str = "interleaved",
+                 freq_denominator: str = "d/2"):
         super().__init__()
         self.dim = check_even("dim", dim)
         self.base = check_positive_float("base", base)
         self.scale = check_positive_float("scale", scale)
+        self.layout = check_choice("layout", layout, SINUSOID_LAYOUTS)
+        self.freq_denominator = check_choice("freq_denominator", freq_denominator, FREQ_DENOMINATORS)
+        sinusoidal_encoding(1, self.dim, layout=self.layout, freq_denominator=self.freq_denominator)  # checks
         self.register_buffer("_table", torch.empty(0, dim), persistent=False)
 
     def table(self, n_positions: int) -> torch.Tensor:
         """Rows ``0 .. n_positions-1`` of the table, shape ``[n_positions, dim]`` (float32)."""
         if self._table.shape[0] < n_positions:
             self._table = sinusoidal_encoding(max(n_positions, 2 * self._table.shape[0]), self.dim,
-                                              base=self.base).to(self._table.device)
+                                              base=self.base, layout=self.layout,
+                                              freq_denominator=self.freq_denominator).to(self._table.device)
         return self._table[:n_positions]
 
     def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
@@ -145,7 +192,9 @@ class SinusoidalEncoding(Float32Buffers):
         return x + (self.scale * pe).to(x.dtype)
 
     def extra_repr(self) -> str:
-        return f"dim={self.dim}, base={self.base}, scale={self.scale}"
+        extra = "" if (self.layout, self.freq_denominator) == ("interleaved", "d/2") else (
+            f", layout={self.layout!r}, freq_denominator={self.freq_denominator!r}")
+        return f"dim={self.dim}, base={self.base}, scale={self.scale}{extra}"
 
 
 class LearnedEncoding(nn.Module):

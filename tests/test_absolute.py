@@ -118,3 +118,126 @@ def test_model_sinusoidal_table_matches_embedding_scale():
     table = model.absolute.scale * sinusoidal_encoding(100, 64)
     rms = table.pow(2).mean().sqrt().item()
     assert abs(rms - 0.02) < 1e-6  # the same root-mean-square as an N(0, 0.02^2) embedding
+
+
+# --- The layouts in use (chapter 3): column order x frequency spacing -------------------------------------
+
+def layout_formula(n_positions, dim, base, offset, layout, freq_denominator):
+    """Element by element in Python floats: w_i = base ** (-i / denominator), columns by layout."""
+    half = dim // 2
+    denominator = half if freq_denominator == "d/2" else half - 1
+    table = torch.empty(n_positions, dim, dtype=torch.float64)
+    for row in range(n_positions):
+        for i in range(half):
+            angle = (offset + row) * base ** (-i / denominator)
+            if layout == "interleaved":
+                table[row, 2 * i], table[row, 2 * i + 1] = math.sin(angle), math.cos(angle)
+            elif layout == "sin_cos":
+                table[row, i], table[row, half + i] = math.sin(angle), math.cos(angle)
+            else:
+                table[row, i], table[row, half + i] = math.cos(angle), math.sin(angle)
+    return table
+
+
+@pytest.mark.parametrize("layout", ["interleaved", "sin_cos", "cos_sin"])
+@pytest.mark.parametrize("freq_denominator", ["d/2", "d/2-1"])
+def test_sinusoidal_layouts_match_their_formulas(layout, freq_denominator):
+    got = sinusoidal_encoding(20, 12, base=100.0, offset=5, layout=layout, freq_denominator=freq_denominator,
+                              dtype=torch.float64)
+    expected = layout_formula(20, 12, 100.0, 5, layout, freq_denominator)
+    torch.testing.assert_close(got, expected, rtol=0, atol=1e-12)
+
+
+def test_sinusoidal_layout_known_values():
+    # dim 4, base 100, position 1. Spacing d/2: w = 1, 1/10; spacing d/2-1: w = 1, 1/100 (the last
+    # wavelength is then 2*pi*base).
+    s, c = math.sin, math.cos
+    one = {(layout, spacing): sinusoidal_encoding(2, 4, base=100.0, layout=layout, freq_denominator=spacing,
+                                                  dtype=torch.float64)[1].tolist()
+           for layout in ("interleaved", "sin_cos", "cos_sin") for spacing in ("d/2", "d/2-1")}
+    assert one["interleaved", "d/2"] == pytest.approx([s(1), c(1), s(0.1), c(0.1)], abs=1e-15)
+    assert one["sin_cos", "d/2"] == pytest.approx([s(1), s(0.1), c(1), c(0.1)], abs=1e-15)
+    assert one["sin_cos", "d/2-1"] == pytest.approx([s(1), s(0.01), c(1), c(0.01)], abs=1e-15)
+    assert one["cos_sin", "d/2-1"] == pytest.approx([c(1), c(0.01), s(1), s(0.01)], abs=1e-15)
+    assert one["interleaved", "d/2-1"] == pytest.approx([s(1), c(1), s(0.01), c(0.01)], abs=1e-15)
+
+
+def test_sinusoidal_layout_errors_name_the_argument():
+    with pytest.raises(ValueError, match="layout"):
+        sinusoidal_encoding(4, 8, layout="sin-cos")
+    with pytest.raises(ValueError, match="freq_denominator"):
+        sinusoidal_encoding(4, 8, freq_denominator="d")
+    with pytest.raises(ValueError, match="freq_denominator"):
+        sinusoidal_encoding(4, 2, freq_denominator="d/2-1")  # divides by dim/2 - 1 = 0
+    with pytest.raises(ValueError, match="layout"):
+        SinusoidalEncoding(8, layout="sincos")
+
+
+def test_sinusoidal_module_uses_its_layout():
+    module = SinusoidalEncoding(8, layout="cos_sin", freq_denominator="d/2-1")
+    x = torch.randn(2, 5, 8)
+    expected = x + layout_formula(8, 8, 10000.0, 0, "cos_sin", "d/2-1")[3:].float()
+    torch.testing.assert_close(module(x, offset=3), expected, rtol=0, atol=1e-6)
+
+
+def test_sin_cos_d2_minus_1_is_whispers_encoder_table():
+    pytest.importorskip("transformers")
+    from transformers.models.whisper.modeling_whisper import sinusoids
+
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)  # HF's function then computes in float64: compare exactly
+    try:
+        theirs = sinusoids(1500, 384)  # Whisper tiny: 1500 positions, d_model 384
+    finally:
+        torch.set_default_dtype(default)
+    ours = sinusoidal_encoding(1500, 384, layout="sin_cos", freq_denominator="d/2-1", dtype=torch.float64)
+    torch.testing.assert_close(ours, theirs, rtol=0, atol=1e-9)
+
+
+def test_sin_cos_d2_minus_1_with_offset_is_fairseqs_table():
+    """fairseq's table, kept by HF's M2M100: positions start at padding_idx + 1, the padding row is zero."""
+    pytest.importorskip("transformers")
+    from transformers.models.m2m_100.modeling_m2m_100 import M2M100SinusoidalPositionalEmbedding
+
+    padding_idx = 1
+    module = M2M100SinusoidalPositionalEmbedding(64, 16, padding_idx=padding_idx)
+    theirs = module(input_ids=torch.full((1, 40), 5))[0]  # no padding tokens
+    ours = sinusoidal_encoding(40, 16, layout="sin_cos", freq_denominator="d/2-1", offset=padding_idx + 1)
+    torch.testing.assert_close(ours, theirs, rtol=0, atol=2e-5)  # HF computes in float32
+    assert torch.equal(module.weights[padding_idx], torch.zeros(16))
+    shifted = sinusoidal_encoding(40, 16, layout="sin_cos", freq_denominator="d/2-1")  # indexed from 0
+    assert (shifted - theirs).abs().max() > 0.5  # the silent off-by-two
+
+
+def test_cos_sin_d2_minus_1_is_musicgens_table():
+    pytest.importorskip("transformers")
+    from transformers.models.musicgen.modeling_musicgen import MusicgenSinusoidalPositionalEmbedding
+
+    theirs = MusicgenSinusoidalPositionalEmbedding.get_embedding(100, 32)
+    ours = sinusoidal_encoding(100, 32, layout="cos_sin", freq_denominator="d/2-1")
+    torch.testing.assert_close(ours, theirs, rtol=0, atol=5e-5)  # HF computes in float32
+
+
+def test_cos_sin_d2_is_the_dit_style_timestep_embedding():
+    """DiT / GLIDE timestep embedding (diffusers' flip_sin_to_cos=True, downscale_freq_shift=0), as in HF's
+    VibeVoice diffusion head, at integer timesteps."""
+    pytest.importorskip("transformers")
+    from transformers.models.vibevoice.configuration_vibevoice import VibeVoiceDiffusionHeadConfig
+    from transformers.models.vibevoice.modeling_vibevoice import VibeVoiceDiffusionHeadSinusoidalEmbedding
+
+    config = VibeVoiceDiffusionHeadConfig()  # frequency_embedding_size 256, diffusion_max_period 10000
+    assert (config.frequency_embedding_size, config.diffusion_max_period) == (256, 10000)
+    theirs = VibeVoiceDiffusionHeadSinusoidalEmbedding(config)(torch.arange(1000))
+    ours = sinusoidal_encoding(1000, 256, base=10000.0, layout="cos_sin", freq_denominator="d/2")
+    torch.testing.assert_close(ours, theirs, rtol=0, atol=2e-4)  # float32 angles up to 999 rad
+
+
+def test_sin_cos_2d_is_maes_table():
+    pytest.importorskip("transformers")
+    from transformers.models.vit_mae.modeling_vit_mae import build_2d_sinusoidal_position_embedding
+
+    theirs = build_2d_sinusoidal_position_embedding(7, 5, 64, dtype=torch.float64)
+    ours = sinusoidal_encoding_2d(7, 5, 64, layout="sin_cos", dtype=torch.float64)
+    torch.testing.assert_close(ours, theirs, rtol=0, atol=1e-12)
+    default = sinusoidal_encoding_2d(7, 5, 64, dtype=torch.float64)  # interleaved: not MAE's
+    assert (default - theirs).abs().max() > 0.5
