@@ -147,6 +147,31 @@ def test_longrope_equals_hugging_face(seq_len, extra):
     assert scale == pytest.approx(expected_scale, rel=1e-12)
 
 
+def test_longrope_with_a_cache_is_not_the_full_pass():
+    # review P4-m6 (chapter 11): like Hugging Face's longrope_frequency_update, the table follows
+    # max(position) + 1, so keys cached one by one below the original length keep the short table while a
+    # full pass over a longer input rotates every key with the long one
+    scaling = {"rope_type": "longrope", "short_factor": random_factors(8, 4), "long_factor": random_factors(8, 5),
+               "original_max_position_embeddings": 32, "factor": 4.0, "rope_theta": 10000.0}
+    rotary = RotaryEmbedding(16, scaling=scaling)
+    short, scale = rope_frequencies(16, scaling=scaling)  # seq_len None: the short table
+    long, _ = rope_frequencies(16, scaling=scaling, seq_len=33)
+    assert not torch.allclose(short, long)
+    k = torch.randn(1, 1, 48, 16, generator=torch.Generator().manual_seed(6))
+
+    def by_hand(inv_freq, positions):
+        return apply_rope(k[:, :, positions], *rope_cos_sin(positions, inv_freq, attention_scale=scale))
+
+    _, cached = zip(*(rotary(k[:, :, t:t + 1], k[:, :, t:t + 1], positions=torch.tensor([t]))
+                      for t in range(48)))  # decoding: each key rotated when it arrives
+    cached = torch.cat(cached, dim=2)
+    _, full = rotary(k, k, positions=torch.arange(48))  # one pass over all 48
+    torch.testing.assert_close(cached[:, :, :32], by_hand(short, torch.arange(32)))
+    torch.testing.assert_close(cached[:, :, 32:], by_hand(long, torch.arange(32, 48)))
+    torch.testing.assert_close(full, by_hand(long, torch.arange(48)))
+    assert (cached[:, :, :32] - full[:, :, :32]).abs().max() > 1e-2  # the early keys: not the full pass's
+
+
 @pytest.mark.parametrize("seq_len", [None, 4096, 4097])
 def test_longrope_by_hand(seq_len):
     # inv_freq[i] = 1 / (ext_i * base ** (2i / d)), ext = long factors only past the original length;
