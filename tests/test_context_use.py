@@ -27,15 +27,15 @@ def test_best_lr_prefers_passing_the_control_then_perplexity():
 
 
 def test_next_run_sweeps_every_method_on_the_sweep_seed_first():
-    config = dict(cu.PRESETS["tiny"], seeds=[0, 1])
+    config = dict(cu.PRESETS["tiny"], seeds=[0, 1], lr_grid=[1e-3, 2e-3, 4e-3])
     runs, order = [], []
     while (key := cu.next_run(config, runs)) is not None:
         order.append((key["method"], key["seed"]))
-        runs.append({**key, "development": {"control": 1.0, "perplexity": key["lr"]}})
+        runs.append({**key, "development": {"control": 1.0, "perplexity": abs(key["lr"] - 2e-3)}})
     sweep = config["sweep_seed"]
-    assert order[:4] == [("rope", sweep), ("rope", sweep), ("alibi", sweep), ("alibi", sweep)]
-    assert order[4:] == [("rope", 0), ("alibi", 0), ("rope", 1), ("alibi", 1)]
-    assert all(run["lr"] == 1e-3 for run in runs[4:])  # the lower perplexity in this made-up sweep
+    assert order[:6] == [("rope", sweep)] * 3 + [("alibi", sweep)] * 3
+    assert order[6:] == [("rope", 0), ("alibi", 0), ("rope", 1), ("alibi", 1)]
+    assert all(run["lr"] == 2e-3 for run in runs[6:])  # the lowest perplexity in this made-up sweep
 
 
 def test_curriculum_doubles_the_task_span_and_tasks_stay_inside_it():
@@ -135,3 +135,21 @@ def test_span_losses_are_the_per_span_means_behind_the_perplexity():
         assert len(spans) == 384 // 96  # spans of the longest length (2L)
         assert math.exp(sum(spans) / len(spans)) == pytest.approx(out["perplexity"][n]["perplexity"], rel=1e-4)
     assert out["perplexity"]["48"]["span_losses"] != out["perplexity"]["96"]["span_losses"]
+
+
+def test_sweep_steps_past_a_winning_edge():
+    config = dict(cu.PRESETS["tiny"], lr_grid=[5e-4, 1e-3, 2e-3])
+    runs = [sweep_run("sinusoidal", 5e-4, 0.70, 14.6, config), sweep_run("sinusoidal", 1e-3, 0.24, 11.4, config),
+            sweep_run("sinusoidal", 2e-3, 0.10, 11.0, config)]
+    # none passes, the lowest rate does best: try half of it before choosing
+    assert cu.sweep_rates(config, runs, "sinusoidal") == [2.5e-4, 5e-4, 1e-3, 2e-3]
+    assert cu.best_lr(config, runs, "sinusoidal") is None
+    runs.append(sweep_run("sinusoidal", 2.5e-4, 0.96, 16.0, config))
+    # 2.5e-4 passes now, and is again an edge: one more step, the last one allowed
+    assert cu.sweep_rates(config, runs, "sinusoidal") == [1.25e-4, 2.5e-4, 5e-4, 1e-3, 2e-3]
+    assert cu.best_lr(config, runs, "sinusoidal") is None
+    runs.append(sweep_run("sinusoidal", 1.25e-4, 0.97, 18.0, config))
+    assert cu.best_lr(config, runs, "sinusoidal") == 2.5e-4  # both pass; the lower perplexity wins
+    # a winner inside the grid stops the extension
+    inside = [sweep_run("rope", lr, 0.99, ppl, config) for lr, ppl in ((5e-4, 9.1), (1e-3, 8.8), (2e-3, 9.5))]
+    assert cu.sweep_rates(config, inside, "rope") == [5e-4, 1e-3, 2e-3] and cu.best_lr(config, inside, "rope") == 1e-3

@@ -23,7 +23,7 @@ curriculum that grows the tasks' span from L/4 to L. Then, per method and seed:
 Learning rate: chosen per method on a sweep seed that is not reported (``sweep_seed``), scored on a
 development split that is neither training nor evaluation data (``data.stdlib_splits``): among the rates
 whose run passes the positive control, the lowest development perplexity at L; if none passes, the
-highest control accuracy. Every method sees the same batches for a given seed, so differences pair by seed.
+highest control accuracy. A winner at an edge of the grid extends it by a factor of two (twice at most). Every method sees the same batches for a given seed, so differences pair by seed.
 """
 
 from __future__ import annotations
@@ -70,24 +70,50 @@ def _sweep_runs(runs: list[dict], config: dict, method: str) -> dict[float, dict
     return {run["lr"]: run for run in runs if run["method"] == method and run["seed"] == config["sweep_seed"]}
 
 
-def best_lr(config: dict, runs: list[dict], method: str) -> float | None:
-    """The sweep's winner for ``method`` (see the module docstring); ``None`` until every rate has run.
-    A grid of one rate needs no sweep."""
-    if len(config["lr_grid"]) == 1:
-        return config["lr_grid"][0]
-    sweep = _sweep_runs(runs, config, method)
-    if any(lr not in sweep for lr in config["lr_grid"]):
-        return None
-    passed = [lr for lr in config["lr_grid"] if sweep[lr]["development"]["control"] >= config["control_threshold"]]
+MAX_EXTENSIONS = 2  # times a sweep may step past an edge of lr_grid
+
+
+def _winner(config: dict, sweep: dict, rates: list[float]) -> float:
+    passed = [lr for lr in rates if sweep[lr]["development"]["control"] >= config["control_threshold"]]
     if passed:
         return min(passed, key=lambda lr: sweep[lr]["development"]["perplexity"])
-    return max(config["lr_grid"], key=lambda lr: sweep[lr]["development"]["control"])
+    return max(rates, key=lambda lr: sweep[lr]["development"]["control"])
+
+
+def sweep_rates(config: dict, runs: list[dict], method: str) -> list[float]:
+    """The learning rates tried for ``method``: ``lr_grid``, extended by a factor of two past whichever
+    edge wins (at most ``MAX_EXTENSIONS`` times), so that the winner sits inside what was tried; each
+    extension waits until every rate before it has run. (A method that passes the control at no rate
+    and does best at the lowest is tried lower, for instance.)"""
+    rates, sweep = sorted(config["lr_grid"]), _sweep_runs(runs, config, method)
+    for _ in range(MAX_EXTENSIONS):
+        if any(lr not in sweep for lr in rates):
+            break
+        best = _winner(config, sweep, rates)
+        if best == rates[0]:
+            rates.insert(0, rates[0] / 2)
+        elif best == rates[-1]:
+            rates.append(rates[-1] * 2)
+        else:
+            break
+    return rates
+
+
+def best_lr(config: dict, runs: list[dict], method: str) -> float | None:
+    """The sweep's winner for ``method`` (see the module docstring and ``sweep_rates``); ``None`` until
+    every rate has run. A grid of one rate needs no sweep."""
+    if len(config["lr_grid"]) == 1:
+        return config["lr_grid"][0]
+    rates, sweep = sweep_rates(config, runs, method), _sweep_runs(runs, config, method)
+    if any(lr not in sweep for lr in rates):
+        return None
+    return _winner(config, sweep, rates)
 
 
 def next_run(config: dict, runs: list[dict]) -> dict | None:
     done = {(run["method"], run["seed"], run["lr"]) for run in runs}
     for method in config["methods"] if len(config["lr_grid"]) > 1 else ():
-        for lr in config["lr_grid"]:
+        for lr in sweep_rates(config, runs, method):
             if (method, config["sweep_seed"], lr) not in done:
                 return {"method": method, "seed": config["sweep_seed"], "lr": lr}
     for seed in config["seeds"]:
