@@ -4,7 +4,8 @@ Three models are trained at length L with the same batches per seed: RoPE, RoPE 
 logit per head in every layer (gpt-oss's sinks), and ALiBi. Each is then measured two ways.
 
 - **Where attention goes.** ``first_token_attention``: the mean weight each layer puts on the first
-  token of windows of length L (an attention sink is a first token that takes far more than its share).
+  token of windows of length L (a first-token attention sink takes far more than its share; a sink on
+  another token, a delimiter say, would not show here).
 - **A stream many times L.** Windows of ``stream_factor * L`` tokens are scored four ways, every token
   predicted once:
   ``dense`` (the model reads the whole stream at once; RoPE is then far outside its training lengths),
