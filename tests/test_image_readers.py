@@ -1,10 +1,13 @@
 """Readers of the image-positions study (chapter 16), against values computed by hand from a small fake
-record: which runs count, the sweep, intervals over seeds, paired differences and the chance level."""
+record: which runs count, the sweep, intervals over seeds, paired differences and the chance level; and the
+grid model's class head."""
 
 import math
 
 import pytest
+import torch
 
+from posenc import TransformerLM
 from posenc.studies import image_positions as ip
 
 T_975_DF2 = 4.302652729911275  # Student's t, 97.5% quantile, 2 degrees of freedom (3 seeds)
@@ -103,3 +106,34 @@ def test_paired_accuracy_by_hand():
     assert got == pytest.approx((0.3, 0.3 - half, 0.3 + half))
     with pytest.raises(TypeError, match="method, size"):
         ip.paired_accuracy(record, "2D RoPE", ("1D RoPE", "2x3"))
+
+
+def _final_hidden(model, tokens, height, width):
+    # the hidden state the output layer reads: ln_final's output, caught by a hook
+    seen = {}
+    hook = model.lm.ln_final.register_forward_hook(lambda module, args, out: seen.update(hidden=out))
+    logits = model(tokens, height, width)
+    hook.remove()
+    return logits, seen["hidden"]
+
+
+def test_grid_model_class_head_tied_by_default_or_separate():
+    # review P5-m9: the committed run scored class k with colour k's input embedding (the tied head)
+    config = dict(ip.PRESETS["tiny"])
+    tokens, _ = ip.neighbour_batch(2, 4, 4, 4, torch.Generator().manual_seed(0))
+    torch.manual_seed(0)
+    tied = ip.GridModel("2D RoPE", config)
+    torch.manual_seed(0)  # the default draws the very weights the committed runs started from
+    plain = TransformerLM(4, config["dim"], config["layers"], config["heads"], position="rope", causal=False)
+    assert all(torch.equal(a, b) for a, b in zip(tied.lm.state_dict().values(), plain.state_dict().values()))
+    with torch.no_grad():
+        logits, hidden = _final_hidden(tied, tokens, 4, 4)
+        colours = tied.lm.token_embedding.weight[:4]  # [4 colours, dim]
+        torch.testing.assert_close(logits, hidden @ colours.T)
+        separate = ip.GridModel("2D RoPE", dict(config, class_head="separate"))
+        assert separate.lm.head.weight.shape == (4, config["dim"])
+        assert separate.lm.head.weight.data_ptr() != separate.lm.token_embedding.weight.data_ptr()
+        logits, hidden = _final_hidden(separate, tokens, 4, 4)
+        torch.testing.assert_close(logits, hidden @ separate.lm.head.weight.T + separate.lm.head.bias)
+    with pytest.raises(ValueError, match="class_head"):
+        ip.GridModel("2D RoPE", dict(config, class_head="untied"))

@@ -20,6 +20,12 @@ Models are trained on ``train_size`` grids and tested on those and on wider, tal
 
 Each method's learning rate is the best of ``lr_grid`` on the first seed (by accuracy on the training
 size); the other seeds use it.
+
+The class scores come from ``TransformerLM``'s output layer, which is tied to its input embedding: with
+``class_head="tied"`` (the default, and what the committed ``full`` run used for every method) class k's
+logit is the final hidden state times the embedding of colour k, so "same as above, not left" (class 2)
+and colour 2 share one vector. ``class_head="separate"`` in the config gives the task its own
+``nn.Linear(dim, 4)`` instead, as a classifier usually has (review P5-m9; not yet run).
 """
 
 from __future__ import annotations
@@ -65,7 +71,9 @@ def neighbour_batch(batch: int, height: int, width: int, colors: int, generator=
 class GridModel(nn.Module):
     """A bidirectional ``TransformerLM`` over a flattened grid, with one of ``METHODS`` for position.
 
-    ``forward(tokens[batch, h*w], height, width) -> logits[batch, h*w, 4]``.
+    ``forward(tokens[batch, h*w], height, width) -> logits[batch, h*w, 4]``. ``config["class_head"]``:
+    ``"tied"`` (default; the output layer is the colour embedding, see the module docstring) or
+    ``"separate"`` (an untied ``nn.Linear(dim, 4)``).
     """
 
     def __init__(self, method: str, config: dict):
@@ -77,6 +85,11 @@ class GridModel(nn.Module):
         vocab = max(config["colors"], 4)  # the tied head scores the 4 classes over the first 4 token ids
         self.lm = TransformerLM(vocab, config["dim"], config["layers"], config["heads"], position=position,
                                 causal=False)
+        class_head = config.get("class_head", "tied")
+        if class_head not in ("tied", "separate"):
+            raise ValueError(f"config['class_head'] must be 'tied' or 'separate', got {class_head!r}")
+        if class_head == "separate":  # built after the tied model: "tied" draws exactly the weights it always did
+            self.lm.head = nn.Linear(config["dim"], 4)
         self.head_dim = config["dim"] // config["heads"]
         if method == "learned 2D":
             height, width = self.train_size
@@ -170,7 +183,8 @@ def run(config: dict, key: dict, checkpoint_dir: Path | None) -> dict:
 
 
 # ---- reading a record (chapter 16): intervals over seeds, paired differences, chance -----------------
-# Added after the committed results were produced; nothing above this line changed.
+# Added after the committed results were produced. Above this line only the class_head option has been added
+# since (its default, "tied", is what those runs used).
 
 
 METRICS = ("both", "above", "left")
