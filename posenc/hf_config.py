@@ -242,6 +242,8 @@ def _rope(config, family: _Family, layer_type: str) -> Rope:
         del params["partial_rotary_factor"]
     if rope_type == "longrope" and "factor" not in params:
         params["max_position_embeddings"] = config.max_position_embeddings  # HF derives the factor from it
+    if rope_type == "dynamic" and "original_max_position_embeddings" not in params:
+        params["max_position_embeddings"] = config.max_position_embeddings  # HF grows dynamic NTK from it
     return Rope(scaling=params, interleaved=family.interleaved)
 
 

@@ -441,3 +441,23 @@ def test_what_is_not_a_config_is_refused():
         plan_from_hf_config(["llama"])
     with pytest.raises(ValueError, match=r"config\['model_type'\] is missing"):
         plan_from_hf_config({"num_hidden_layers": 2})
+
+
+def test_a_dynamic_ntk_config_reads_its_original_length_from_max_position_embeddings():
+    # review P4-n6: a transformers config with dynamic NTK names only the factor; HF grows the base from
+    # config.max_position_embeddings, and so must the plan (it raised before)
+    from transformers import AutoConfig
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    from posenc import rope_frequencies
+
+    published = {"model_type": "llama", "hidden_size": 256, "num_attention_heads": 4, "num_key_value_heads": 4,
+                 "num_hidden_layers": 2, "intermediate_size": 512, "vocab_size": 100,
+                 "max_position_embeddings": 2048, "rope_theta": 10000.0,
+                 "rope_scaling": {"type": "dynamic", "factor": 2.0}}
+    plan = plan_from_hf_config(published)
+    config = AutoConfig.for_model(**published)
+    for seq_len in (1000, 4096):
+        expected, _ = ROPE_INIT_FUNCTIONS["dynamic"](config, "cpu", seq_len=seq_len)
+        ours, _ = rope_frequencies(64, scaling=plan[0].rope.scaling, seq_len=seq_len)
+        torch.testing.assert_close(ours, expected.float(), rtol=1e-6, atol=0)
