@@ -57,8 +57,10 @@ class TransformerLM(nn.Module):
         sinusoidal_base: base of the sinusoidal table.
         sinusoidal_scale: factor on the sinusoidal table. The default, ``0.02 * sqrt(2)``, gives it the
             root-mean-square of the token embeddings and of the learned table at initialisation (standard
-            deviation 0.02), so that comparisons between methods are not decided by the table's size
-            (chapter 3 shows a full-size table swamping small embeddings). Use 1.0 for the raw table.
+            deviation 0.02): every table added to the embeddings starts at the same size, so comparisons
+            between methods are not decided by it (chapter 3 shows that a full-size table makes a fixed
+            dot-product read-out confuse token and position, although a learned read-out still recovers
+            both). Use 1.0 for the raw table.
         causal: ``True`` (default) for a language model; ``False`` lets every token see every other one
             (an encoder that outputs one prediction per token); the KV cache and ``generate`` need causal.
         plan: optional list of ``n_layers`` ``posenc.plan.LayerSpec``, one per layer (see ``posenc.plan``);
