@@ -87,7 +87,10 @@ def sinusoidal_encoding_2d(height: int, width: int, dim: int, *, base: float = 1
 
     Row ``r * width + c`` (patch in grid row r, column c) is ``[PE_1d(r), PE_1d(c)]``: the first
     ``dim/2`` features are ``sinusoidal_encoding`` of the row index, the last ``dim/2`` of the column
-    index. With ``layout="sin_cos"`` this is MAE's 2D sin-cos table (``[sin_h | cos_h | sin_w | cos_w]``).
+    index. With ``layout="sin_cos"`` this is Hugging Face transformers 5.x's ViTMAE table
+    (``build_2d_sinusoidal_position_embedding``, ``[sin_h | cos_h | sin_w | cos_w]``, rows first). MAE's
+    original code (``get_2d_sincos_pos_embed``, whose ``np.meshgrid(grid_w, grid_h)`` puts w first) encodes
+    the column in the first half, i.e. the halves swapped: ``torch.cat((t[:, dim//2:], t[:, :dim//2]), 1)``.
 
     Args:
         height, width: grid size, >= 1.

@@ -232,12 +232,41 @@ def test_cos_sin_d2_is_the_dit_style_timestep_embedding():
     torch.testing.assert_close(ours, theirs, rtol=0, atol=2e-4)  # float32 angles up to 999 rad
 
 
-def test_sin_cos_2d_is_maes_table():
+def test_sin_cos_2d_is_hugging_face_vitmae_table():
     pytest.importorskip("transformers")
     from transformers.models.vit_mae.modeling_vit_mae import build_2d_sinusoidal_position_embedding
 
-    theirs = build_2d_sinusoidal_position_embedding(7, 5, 64, dtype=torch.float64)
+    theirs = build_2d_sinusoidal_position_embedding(7, 5, 64, dtype=torch.float64)  # rows first
     ours = sinusoidal_encoding_2d(7, 5, 64, layout="sin_cos", dtype=torch.float64)
     torch.testing.assert_close(ours, theirs, rtol=0, atol=1e-12)
-    default = sinusoidal_encoding_2d(7, 5, 64, dtype=torch.float64)  # interleaved: not MAE's
+    default = sinusoidal_encoding_2d(7, 5, 64, dtype=torch.float64)  # interleaved: not ViTMAE's
     assert (default - theirs).abs().max() > 0.5
+
+
+def mae_original_2d_table(embed_dim, grid_size):
+    """MAE's ``get_2d_sincos_pos_embed`` (facebookresearch/mae, util/pos_embed.py) rewritten in numpy,
+    in float64 instead of MAE's float32 so that the comparison can be exact."""
+    import numpy as np
+
+    def one_axis(dim, pos):  # get_1d_sincos_pos_embed_from_grid
+        omega = 1.0 / 10000 ** (np.arange(dim // 2, dtype=np.float64) / (dim / 2))  # [D/2]
+        out = np.outer(pos.reshape(-1), omega)  # [M, D/2]
+        return np.concatenate([np.sin(out), np.cos(out)], axis=1)
+
+    grid_h = np.arange(grid_size, dtype=np.float64)
+    grid_w = np.arange(grid_size, dtype=np.float64)
+    grid = np.meshgrid(grid_w, grid_h)  # as in MAE: w goes first, so grid[0][r, c] = c
+    first = one_axis(embed_dim // 2, grid[0])  # MAE names it emb_h, but it encodes the column
+    second = one_axis(embed_dim // 2, grid[1])  # the row
+    return np.concatenate([first, second], axis=1)  # [grid_size**2, embed_dim], row-major patches
+
+
+def test_maes_original_table_is_sin_cos_2d_with_halves_swapped():
+    theirs = torch.from_numpy(mae_original_2d_table(64, 6))
+    ours = sinusoidal_encoding_2d(6, 6, 64, layout="sin_cos", dtype=torch.float64)  # rows first
+    swapped = torch.cat((ours[:, 32:], ours[:, :32]), dim=1)
+    torch.testing.assert_close(swapped, theirs, rtol=0, atol=1e-12)
+    assert (ours - theirs).abs().max() > 0.5  # unswapped, the row-first table is not MAE's
+    # the first half changes along a grid row (column index), not down a column
+    assert (theirs[1, :32] - theirs[0, :32]).abs().max() > 0.5
+    torch.testing.assert_close(theirs[6, :32], theirs[0, :32], rtol=0, atol=0)
