@@ -57,16 +57,21 @@ def mrope_positions(segments, *, resume: str = "largest_id_plus_one", seq_len: i
             (Qwen2-VL's ``image_grid_thw`` holds ``(t, h * m, w * m)`` with ``m = spatial_merge_size``).
             A grid stands for ``t * h * w`` tokens in raster order: frame by frame, row by row.
         resume: where the running position goes after a grid that starts at ``p``.
-            ``"largest_id_plus_one"`` (default): one past the largest id used, ``p + max(t, h, w)``. This
-            is the rule Qwen2-VL and Qwen2.5-VL were trained with: the Qwen2-VL paper's ("position
-            numbering for each modality is initialized by incrementing the maximum position ID of the
-            preceding modality by one"), the Qwen team's code, and ``get_rope_index`` in transformers up
-            to 5.2. ``"transformers_5.3"``: ``p + max(h, w)``, what ``get_rope_index`` does from
-            transformers 5.3 (the refactor huggingface/transformers#43972) through at least 5.23; kept
-            for parity tests with those versions. The two differ only after a video with more temporal
-            patches than ``max(h, w)``, where the 5.3 rule gives the following text the t ids of the
-            last frames (and disagrees with the ``rope_deltas`` those versions use for generation,
-            which count from the largest id plus one).
+            ``"largest_id_plus_one"`` (default): one past the largest id used, ``p + max(t, h, w)``:
+            Qwen2-VL's rule, the Qwen2-VL paper's ("position numbering for each modality is initialized
+            by incrementing the maximum position ID of the preceding modality by one"), the Qwen team's
+            code, and ``get_rope_index`` in transformers up to 5.2. Qwen2.5-VL was trained to resume
+            one past the largest id too, but it spaces a video's t ids by
+            ``interval = second_per_grid_t * tokens_per_second`` (transformers 5.23
+            ``get_vision_position_ids``: ``arange(t) * time_interval``), so its rule is
+            ``p + max(floor((t - 1) * interval) + 1, h, w)``. This function builds Qwen2-VL's ids, not
+            Qwen2.5-VL's video ids.
+            ``"transformers_5.3"``: ``p + max(h, w)``, what ``get_rope_index`` does from transformers
+            5.3 (the refactor huggingface/transformers#43972) through at least 5.23; kept for parity
+            tests with those versions. On Qwen2-VL's ids the two differ only after a video with more
+            temporal patches than ``max(h, w)``, where the 5.3 rule gives the following text the t ids
+            of the last frames (and disagrees with the ``rope_deltas`` those versions use for
+            generation, which count from the largest id plus one).
         seq_len: if given, the number of tokens the layout must cover (``ValueError`` otherwise).
         device: where to put the ids.
 
