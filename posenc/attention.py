@@ -93,6 +93,8 @@ class MultiHeadAttention(Float32Buffers):
             ``attention_temperature(position)`` (Llama 4's NoPE layers).
         sinks: learn one sink logit per head (``self.sinks``, ``[n_heads]``, zeros at init; gpt-oss).
         softmax_scale: the score scale, default ``head_dim ** -0.5``.
+        head_dim: each head's width, when it is not ``dim // n_heads`` (Gemma 3, gpt-oss): the projections then
+            map ``dim`` to ``n_heads * head_dim`` and back. None (default): ``dim // n_heads``.
 
     ``MultiHeadAttention.from_spec(dim, n_heads, spec)`` builds the layer a ``LayerSpec`` describes, and
     ``layer.spec`` gives it back.
@@ -124,29 +126,32 @@ class MultiHeadAttention(Float32Buffers):
                  rope_base: float | None = None, rope_scaling: dict | None = None, rope_interleaved: bool = False,
                  t5_num_buckets: int = 32, t5_max_distance: int = 128, t5_bias: T5RelativeBias | None = None,
                  alibi_slopes: torch.Tensor | None = None, window: int | None = None, chunk: int | None = None,
-                 temperature: Temperature | None = None, sinks: bool = False, softmax_scale: float | None = None):
+                 temperature: Temperature | None = None, sinks: bool = False, softmax_scale: float | None = None,
+                 head_dim: int | None = None):
         super().__init__()
         dim, n_heads = check_int("dim", dim), check_int("n_heads", n_heads)
-        if dim % n_heads:
-            raise ValueError(f"dim must be divisible by n_heads, got dim={dim}, n_heads={n_heads}")
+        if head_dim is None and dim % n_heads:
+            raise ValueError(f"dim must be divisible by n_heads, got dim={dim}, n_heads={n_heads} (or pass head_dim)")
         if position in ABSOLUTE_METHODS:
             raise ValueError(f"position={position!r} is an absolute encoding: it is added to the token embeddings "
                              f"before the first layer (TransformerLM(position={position!r}) does that, or use "
                              f"SinusoidalEncoding / LearnedEncoding), not inside attention; use position='none' "
                              f"for the attention layers of such a model")
         self.position = check_choice("position", position, ATTENTION_POSITIONS)
-        self.dim, self.n_heads, self.head_dim, self.causal = dim, n_heads, dim // n_heads, bool(causal)
         # Validated by LayerSpec (window/chunk exclusive, positive ints, a Temperature, a positive scale).
         self._spec_fields = LayerSpec(position, window=window, chunk=chunk, temperature=temperature,
-                                      softmax_scale=softmax_scale,
+                                      softmax_scale=softmax_scale, head_dim=head_dim,
                                       **({"rope": Rope(rope_base, rope_scaling, rope_interleaved)}
                                          if position == "rope" else {}))
+        self.head_dim = dim // n_heads if head_dim is None else head_dim
+        self.dim, self.n_heads, self.causal = dim, n_heads, bool(causal)
+        self.inner_dim = n_heads * self.head_dim  # the width of the concatenated heads
         if (window is not None or chunk is not None) and not causal:
             raise ValueError("window and chunk need causal=True (they restrict a decoder's view of the past)")
         self.window, self.chunk, self.temperature = window, chunk, temperature
         self.softmax_scale = None if softmax_scale is None else check_positive_float("softmax_scale", softmax_scale)
-        self.qkv = nn.Linear(dim, 3 * dim)
-        self.out = nn.Linear(dim, dim)
+        self.qkv = nn.Linear(dim, 3 * self.inner_dim)
+        self.out = nn.Linear(self.inner_dim, dim)
         self.sinks = nn.Parameter(torch.zeros(n_heads)) if sinks else None
         if position == "rope":
             self.rotary = RotaryEmbedding(self.head_dim, base=rope_base, scaling=rope_scaling,
@@ -171,13 +176,13 @@ class MultiHeadAttention(Float32Buffers):
             rope = dict(rope_base=spec.rope.base, rope_scaling=spec.rope.scaling, rope_interleaved=spec.rope.interleaved)
         return cls(dim, n_heads, position=spec.position, causal=causal, t5_bias=t5_bias, window=spec.window,
                    chunk=spec.chunk, temperature=spec.temperature, sinks=spec.sinks, softmax_scale=spec.softmax_scale,
-                   **rope)
+                   head_dim=spec.head_dim, **rope)
 
     @property
     def spec(self) -> LayerSpec:
         """This layer as a ``LayerSpec``."""
         fields = {name: getattr(self._spec_fields, name) for name in ("position", "rope", "window", "chunk",
-                                                                     "temperature", "softmax_scale")}
+                                                                     "temperature", "softmax_scale", "head_dim")}
         return LayerSpec(**fields, sinks=self.sinks is not None)
 
     def attention_bias(self, q_len: int, k_len: int, *, device=None, query_positions: torch.Tensor | None = None,
@@ -259,7 +264,7 @@ class MultiHeadAttention(Float32Buffers):
             if explicit:
                 cache.positions = key_positions
         y, weights = self._attention(q, k, v, need_weights, position_bias, positions, key_positions)
-        y = self.out(y.transpose(1, 2).reshape(batch, seq, self.dim))
+        y = self.out(y.transpose(1, 2).reshape(batch, seq, self.inner_dim))
         return (y, weights) if need_weights else y
 
     def _rotate(self, q, k, past, positions, tables):

@@ -65,13 +65,19 @@ class RollingLayerCache(LayerCache):
         window: the most recent tokens kept, counting the tokens being added, >= 1.
 
     ``make_room(new_tokens, shift_keys)`` evicts the oldest non-sink tokens so that ``new_tokens`` more fit,
-    and calls ``shift_keys(k_kept_window, -evicted)`` to move the kept window's keys down (RoPE layers
-    re-rotate them; other layers pass ``None``: their keys carry no position). ``evicted`` counts the
-    tokens dropped so far. Explicit positions are not supported: the cache assigns them.
+    and calls ``shift_keys(k_kept_window, -drop)`` to move the kept window's keys down, where ``drop`` is
+    the number of tokens this call evicts (RoPE layers re-rotate them; other layers pass ``None``: their
+    keys carry no position). The attribute ``evicted`` counts the tokens dropped so far, over all calls.
+    Explicit positions are not supported: the cache assigns them.
 
     ``k`` is held in float32 (float64 keys stay float64), so that re-rotating it at every eviction piles up
     no bfloat16 or float16 rounding (see the module docstring); ``append`` returns the keys in the dtype
-    they came in.
+    they came in. That has two costs for a bfloat16 or float16 model: float32 keys take twice the memory of
+    the model's keys, so the cache (keys and values) is about 1.5 times a bfloat16 one; and every step casts
+    the whole kept window of keys to the model's dtype to attend with it. StreamingLLM's own design, caching
+    the keys before rotation and rotating the cache by slot at every step, avoids both: its keys stay in the
+    model's dtype and never drift, since each step rotates them once from their unrotated values (that
+    rotation of the kept window is the work it does in place of the cast).
     """
 
     def __init__(self, sink_tokens: int, window: int):

@@ -38,9 +38,24 @@ values), linear-attention, recurrent and state-space layers (``qwen3_next``, ``m
 bidirectional encoders (``modernbert``), attention logit soft-capping (``gemma2``), Qwen's dual chunk
 attention, and any ``layer_types`` entry other than full, sliding or chunked attention.
 
-It covers position only: a posenc ``MultiHeadAttention`` also assumes ``head_dim = hidden_size /
-num_attention_heads``, as many key-value heads as query heads and no query/key norms, so the equality
-tests build their Hugging Face models that way (``tests/test_hf_families.py``).
+Head width: many configs set ``head_dim`` apart from ``hidden_size / num_attention_heads`` (Gemma 3 4B: 256
+against 320; gpt-oss-20b: 64 against 45; Mistral Small 3: 128 against 160), and RoPE's frequencies and the
+default softmax scale are computed over the head width. The plan carries it: each ``LayerSpec.head_dim`` is
+the config's ``head_dim`` where it differs from ``hidden_size // num_attention_heads`` (None where they
+agree), and ``MultiHeadAttention.from_spec`` builds heads of that width (its projections map the model width
+to ``num_attention_heads * head_dim`` and back), so a layer built from the plan at the config's
+``hidden_size`` and ``num_attention_heads`` rotates over the config's head width, never over
+``hidden_size / num_attention_heads``.
+
+Windows follow Hugging Face's convention, which is the plan's: with ``sliding_window = w`` a query at
+position i sees the keys j with ``0 <= i - j < w``, itself included (``masking_utils.sliding_window_overlay``:
+``kv_idx > q_idx - sliding_window``). Mistral's own v0.1 reference code masks with ``diagonal=-window`` and
+lets a query see ``w + 1`` tokens; the plan, and the parity tests, match Hugging Face's port, one token
+narrower.
+
+It covers position only: a posenc ``MultiHeadAttention`` also assumes as many key-value heads as query heads
+and no query/key norms, so the equality tests build their Hugging Face models that way
+(``tests/test_hf_families.py``).
 """
 
 from __future__ import annotations
@@ -173,7 +188,20 @@ def _config_object(config):
         raise ValueError("config.num_hidden_layers is missing: pass the whole config.json (a partial dict "
                          "would be completed with the class defaults)")
     fields = {key: value for key, value in copy.deepcopy(config).items() if key != "model_type"}
+    _legacy_temperature_tuning(fields)
+    _legacy_temperature_tuning(fields.get("text_config"))
     return config_class(**fields)
+
+
+def _legacy_temperature_tuning(fields) -> None:
+    """Llama 4 files saved by transformers 4.51 carry ``"attn_temperature_tuning": 4``: 4.51's class default was
+    the int 4, and its attention only tested it for truth (``if self.attn_temperature_tuning and not
+    self.use_rope``). transformers 5's ``Llama4TextConfig`` declares it ``bool`` and refuses an int
+    (``StrictDataclassFieldValidationError``), so an int is read as the truth value 4.51 gave it."""
+    if isinstance(fields, dict):
+        value = fields.get("attn_temperature_tuning")
+        if isinstance(value, int) and not isinstance(value, bool):
+            fields["attn_temperature_tuning"] = bool(value)
 
 
 def _text_config(config):
@@ -222,6 +250,13 @@ def _head_dim(config) -> int:
     return getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
 
 
+def _spec_head_dim(config) -> int | None:
+    """``LayerSpec.head_dim``: the config's head width where it is not ``hidden_size // num_attention_heads``."""
+    head_dim = _head_dim(config)
+    even = config.hidden_size % config.num_attention_heads == 0
+    return None if even and head_dim == config.hidden_size // config.num_attention_heads else head_dim
+
+
 def _rope_parameters(config) -> dict:
     """The config's ``rope_parameters`` (flat or nested per layer type); GPT-J's fixed base and rotary_dim."""
     if config.model_type == "gptj":  # modeling_gptj.py create_sinusoidal_positions: base 10000 over rotary_dim
@@ -267,6 +302,7 @@ def plan_from_hf_config(config) -> list[LayerSpec]:
     n_layers = config.num_hidden_layers
     pre_attn = getattr(config, "query_pre_attn_scalar", None)
     softmax_scale = None if pre_attn is None or pre_attn == _head_dim(config) else float(pre_attn) ** -0.5
+    head_dim = _spec_head_dim(config)
     plan = []
     for i, layer_type in enumerate(_layer_types(config, n_layers)):
         uses_rope = _uses_rope(config, family, i, layer_type)
@@ -277,5 +313,5 @@ def plan_from_hf_config(config) -> list[LayerSpec]:
         plan.append(LayerSpec("rope" if uses_rope else "none",
                               rope=_rope(config, family, layer_type) if uses_rope else None,
                               window=_window(config, family, layer_type), chunk=chunk, temperature=temperature,
-                              sinks=family.sinks, softmax_scale=softmax_scale))
+                              sinks=family.sinks, softmax_scale=softmax_scale, head_dim=head_dim))
     return plan

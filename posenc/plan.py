@@ -94,6 +94,9 @@ class LayerSpec:
         sinks: learn one sink logit per head (gpt-oss).
         softmax_scale: the score scale, default ``head_dim ** -0.5`` (Gemma 3's ``query_pre_attn_scalar``
             and DeepSeek's YaRN ``mscale`` change it: ``posenc.mla.yarn_softmax_scale``).
+        head_dim: the width of each head's queries, keys and values, when it is not ``dim / n_heads`` (Gemma 3,
+            gpt-oss, Qwen3, Mistral Small 3 set it apart from the model width); None: ``dim // n_heads``. RoPE's
+            frequencies and the default softmax scale are computed over it.
     """
 
     position: str = "rope"
@@ -103,6 +106,7 @@ class LayerSpec:
     temperature: Temperature | None = None
     sinks: bool = False
     softmax_scale: float | None = None
+    head_dim: int | None = None
 
     def __post_init__(self):
         if self.position in ("sinusoidal", "learned"):
@@ -126,6 +130,8 @@ class LayerSpec:
             raise ValueError("LayerSpec takes window or chunk, not both")
         if self.softmax_scale is not None:
             check_positive_float("LayerSpec.softmax_scale", self.softmax_scale)
+        if self.head_dim is not None:
+            check_int("LayerSpec.head_dim", self.head_dim)
 
     def describe(self) -> str:
         """One line, e.g. ``rope(base=10000, linear x8) window=32``."""
@@ -151,6 +157,8 @@ class LayerSpec:
             text += " sinks"
         if self.softmax_scale is not None:
             text += f" softmax_scale={self.softmax_scale:.4g}"
+        if self.head_dim is not None:
+            text += f" head_dim={self.head_dim}"
         return text
 
 

@@ -41,16 +41,21 @@ LLAMA_31_8B_INSTRUCT = {
 }
 
 # meta-llama/Llama-4-Scout-17B-16E config.json, as quoted (with its Hub URL) in AMD-AGI/Primus pull request 165.
-# Saved by transformers 4.51: "no_rope_layers": [] (transformers fills in every 4th layer NoPE) and no
-# attn_temperature_tuning / floor_scale / attn_scale (class defaults). The quote is cut off after
-# router_jitter_noise; the keys after it (torch_dtype, use_cache, use_qk_norm, vocab_size, vision_config) are
-# left out here, none of them about position.
+# Saved by transformers 4.51: "no_rope_layers": [] (transformers fills in every 4th layer NoPE). The quote is
+# cut off after router_jitter_noise; the keys after it (torch_dtype, use_cache, use_qk_norm, vocab_size,
+# vision_config) are left out here, none of them about position. The quote also lacks the three temperature
+# keys that other public copies of Scout's text config carry, put back here as they carry them:
+# "attn_scale": 0.1, "attn_temperature_tuning": 4 (an int: 4.51's class default) and "floor_scale": 8192 (a
+# printed Llama4Config of Llama-4-Scout-17B-16E, transformers 4.51.0, in a public notes file, and the
+# config.json of a text-only Scout fine-tune, transformers 4.51.3, quoted in a vLLM bug report; both found in
+# the code index). transformers 5's Llama4TextConfig refuses the int 4 (it declares a bool).
 LLAMA_4_SCOUT = {
     "architectures": ["Llama4ForConditionalGeneration"], "boi_token_index": 200080, "eoi_token_index": 200081,
     "image_token_index": 200092, "model_type": "llama4",
     "text_config": {
-        "attention_bias": False, "attention_chunk_size": 8192, "attention_dropout": 0.0, "bos_token_id": 200000,
-        "eos_token_id": [200001, 200007, 200008], "for_llm_compressor": False, "head_dim": 128, "hidden_act": "silu",
+        "attention_bias": False, "attention_chunk_size": 8192, "attention_dropout": 0.0, "attn_scale": 0.1,
+        "attn_temperature_tuning": 4, "bos_token_id": 200000, "eos_token_id": [200001, 200007, 200008],
+        "floor_scale": 8192, "for_llm_compressor": False, "head_dim": 128, "hidden_act": "silu",
         "hidden_size": 5120, "initializer_range": 0.02, "interleave_moe_layer_step": 1, "intermediate_size": 8192,
         "intermediate_size_mlp": 16384, "max_position_embeddings": 262144, "model_type": "llama4_text",
         "no_rope_layers": [], "num_attention_heads": 40, "num_experts_per_tok": 1, "num_hidden_layers": 48,
@@ -232,15 +237,29 @@ def test_llama_4_scout_published_with_empty_no_rope_layers():
     assert [i for i, spec in enumerate(plan) if spec.position == "none"] == every_nth_layer(4, 48)
 
 
+def test_llama_4_scouts_int_attn_temperature_tuning_is_read_as_its_truth_value():
+    # transformers 4.51 saved "attn_temperature_tuning": 4 and tested it for truth; transformers 5 declares a
+    # bool and raised StrictDataclassFieldValidationError ("expected bool, got int") before the dict was fixed
+    for value, temperature in ((4, True), (0, False)):
+        published = copy.deepcopy(LLAMA_4_SCOUT)
+        published["text_config"]["attn_temperature_tuning"] = value
+        nope = [spec for spec in plan_from_hf_config(published) if spec.position == "none"]
+        assert len(nope) == 12 and all((spec.temperature is not None) == temperature for spec in nope)
+    text = {**LLAMA_4_SCOUT["text_config"], "attn_temperature_tuning": 4}  # a llama4_text file, as in the bug report
+    assert plan_from_hf_config(text) == plan_from_hf_config(LLAMA_4_SCOUT)
+
+
 def test_gemma_3_4b_local_layers_at_base_1e4_with_a_window():
-    plan = plan_from_hf_config(GEMMA_3_4B)
-    assert layers_described(plan) == {"rope(base=10000) window=1024": 29, "rope(base=1e+06, linear x8)": 5}
+    plan = plan_from_hf_config(GEMMA_3_4B)  # head_dim 256 (the class default), not 2560 / 8 = 320
+    assert layers_described(plan) == {"rope(base=10000) window=1024 head_dim=256": 29,
+                                      "rope(base=1e+06, linear x8) head_dim=256": 5}
     assert [i for i, spec in enumerate(plan) if spec.window is None] == every_nth_layer(6, 34)
 
 
 def test_gpt_oss_20b_alternates_windowed_and_full_layers_with_sinks():
-    assert layers_described(plan_from_hf_config(GPT_OSS_20B)) == {
-        "rope(base=150000, yarn x32) window=128 sinks": 12, "rope(base=150000, yarn x32) sinks": 12}
+    assert layers_described(plan_from_hf_config(GPT_OSS_20B)) == {  # head_dim 64, not 2880 / 64 = 45
+        "rope(base=150000, yarn x32) window=128 sinks head_dim=64": 12,
+        "rope(base=150000, yarn x32) sinks head_dim=64": 12}
 
 
 def test_phi_35_mini_keeps_its_longrope_factors_and_window():
@@ -342,9 +361,23 @@ def test_gemma_3_4b_layers_equal_hugging_face():
     check_published_layers("Gemma 3 4B", text, [0, 5], prepare=_without_qk_norm)
 
 
+def test_a_head_dim_apart_from_hidden_over_heads_is_carried_by_the_plan():
+    # Gemma 3 4B's head_dim is 256 where hidden_size / heads is 320; here 32 where it is 64 / 4 = 16. A layer built
+    # at 16 would rotate over the wrong width (and scale by the wrong head_dim): the plan carries 32 and the layer
+    # built from it equals Hugging Face's.
+    text = {**GEMMA_3_4B["text_config"], **SMALL, "head_dim": 32, "query_pre_attn_scalar": 32,
+            "num_hidden_layers": 6, "sliding_window": 12}
+    plan = plan_from_hf_config(text)
+    assert {spec.head_dim for spec in plan} == {32}
+    check_published_layers("Gemma 3 4B, head_dim 32 of width 64 / 4 heads", text, [0, 5], prepare=_without_qk_norm)
+    assert {spec.head_dim for spec in plan_from_hf_config({**text, "head_dim": 16})} == {None}  # = 64 / 4
+
+
 def test_llama_4_scout_layers_equal_hugging_face():
+    # attn_temperature_tuning True: transformers 5's own Llama4TextConfig refuses the file's int 4
     text = {**LLAMA_4_SCOUT["text_config"], **SMALL, "intermediate_size_mlp": 64, "num_local_experts": 1,
-            "num_hidden_layers": 4, "attention_chunk_size": 16, "floor_scale": 8, "use_qk_norm": False}
+            "num_hidden_layers": 4, "attention_chunk_size": 16, "floor_scale": 8, "use_qk_norm": False,
+            "attn_temperature_tuning": True}
     check_published_layers("Llama 4 Scout", text, [0, 3])
 
 

@@ -146,6 +146,28 @@ def test_plans_are_data():
     assert layer.spec == LayerSpec("rope", window=8, sinks=True)
 
 
+def test_a_layer_spec_head_dim_sets_the_head_width():
+    # Gemma 3 and gpt-oss set head_dim apart from dim / n_heads: the spec carries it, the layer's heads take it,
+    # and RoPE's frequencies and the default softmax scale are computed over it, not over dim // n_heads
+    spec = LayerSpec("rope", rope=Rope(100.0), window=8, head_dim=16)
+    assert spec.describe() == "rope(base=100) window=8 head_dim=16"
+    assert plan_from_dict(json.loads(json.dumps(plan_to_dict([spec])))) == [spec]
+    assert plan_from_dict([{k: v for k, v in plan_to_dict([LayerSpec("none")])[0].items() if k != "head_dim"}]) == \
+        [LayerSpec("none")]  # records written before head_dim read as before
+    torch.manual_seed(0)
+    layer = MultiHeadAttention.from_spec(32, 4, spec).eval()  # 32 / 4 = 8, but heads of 16
+    assert layer.spec == spec and layer.head_dim == 16 and layer.rotary.head_dim == 16
+    assert tuple(layer.qkv.weight.shape) == (3 * 4 * 16, 32) and tuple(layer.out.weight.shape) == (32, 4 * 16)
+    x = torch.randn(2, 11, 32)
+    q, k, v = layer.qkv(x).view(2, 11, 3, 4, 16).permute(2, 0, 3, 1, 4)
+    q, k = layer.rotary(q, k)
+    visible = sliding_window_mask(11, 11, 8)
+    scores = (q @ k.transpose(-2, -1) / 4.0).masked_fill(~visible, float("-inf"))  # 16 ** -0.5
+    expected = layer.out((scores.softmax(-1) @ v).transpose(1, 2).reshape(2, 11, 64))
+    torch.testing.assert_close(layer(x), expected)
+    assert MultiHeadAttention(30, 4, head_dim=8).inner_dim == 32  # dim need not divide by n_heads then
+
+
 def _rolling_layer():
     torch.manual_seed(0)
     return MultiHeadAttention(16, 2, position="rope", rope_base=100.0).eval()
@@ -241,6 +263,7 @@ def test_streaming_runs_a_learned_table_past_its_length():
     (lambda: LayerSpec("none", rope=Rope()), "LayerSpec.rope"),
     (lambda: LayerSpec("rope", window=0), "LayerSpec.window"),
     (lambda: LayerSpec("rope", window=4, chunk=4), "window or chunk"),
+    (lambda: LayerSpec("rope", head_dim=0), "LayerSpec.head_dim"),
     (lambda: Temperature(floor_scale=0), "Temperature.floor_scale"),
     (lambda: posenc.TransformerLM(50, 32, 2, 4, position="none", plan=[LayerSpec("rope", window=64)] * 2,
                                   max_len=32), r"plan\[0\].window"),
