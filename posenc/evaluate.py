@@ -267,9 +267,9 @@ def long_short_difference(losses: torch.Tensor, truncated: torch.Tensor, *, thre
     are counted (those where the two readings differ at all: the ones beyond the first ``context``).
 
     Returns:
-        ``{"mean": mean LSD over those tokens, "key_fraction": fraction with LSD > threshold (the
-        paper's key tokens), "key_loss": mean full-context loss on the key tokens (``None`` if none),
-        "tokens": how many tokens were counted}``.
+        A dict: ``"mean"``, the mean LSD over those tokens; ``"key_fraction"``, the fraction with LSD
+        above ``threshold`` (the paper's key tokens); ``"key_loss"``, the mean full-context loss on the
+        key tokens (None when there are none); ``"tokens"``, how many tokens were counted.
     """
     check_tensor("losses", losses, min_dim=2)
     if losses.shape != truncated.shape:

@@ -259,3 +259,9 @@ def test_clopper_pearson_against_closed_forms_and_a_table():
     assert (round(low, 3), round(high, 3)) == (0.187, 0.813)
     with pytest.raises(ValueError, match="successes"):
         clopper_pearson(6, 5)
+
+
+def test_unanimous_note_gives_the_exact_bound_for_pooled_seeds():
+    from posenc.studies import length_generalisation as lg
+    note = lg.unanimous_note({"config": {"eval_samples": 512, "seeds": [0, 1, 2, 3, 4]}})
+    assert "2560 decoded" in note and f"{1 - 0.025 ** (1 / 2560):.1%}" in note  # closed form at 0 successes
