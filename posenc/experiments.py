@@ -8,7 +8,7 @@
     torchrun --nproc_per_node=2 -m posenc.experiments head_to_head --preset tiny --out /tmp/h.json
 
 The studies live in ``posenc.studies`` (one module each: ``context_extension`` for chapter 7,
-``head_to_head`` and ``length_generalisation`` for chapter 10). Presets: ``tiny`` (tests), ``ci`` (a
+``context_use`` and ``head_to_head`` for chapter 10, ``length_generalisation`` for chapter 17...). Presets: ``tiny`` (tests), ``ci`` (a
 chapter's live run), ``full`` (the committed results; hours on a CPU) and ``gpu`` (10x or more the full
 scale, the same code on a CUDA device).
 
@@ -18,8 +18,8 @@ rewritten after each finished run, so ``--resume`` continues an interrupted stud
 Under ``torchrun`` every process trains (DistributedDataParallel, gloo on CPU, nccl on GPU) and process
 0 evaluates, writes, and shares each run with the others.
 
-The chapters read the records with each study's readers (``table``, ``paired``) and, from here,
-``over_seeds``, ``seed_interval``, ``paired_seed_interval`` and ``format_interval``.
+The chapters load the committed records with ``load_result`` and read them with each study's readers
+(``table``, ``paired``) and, from here, ``over_seeds``, ``seed_interval``, ``paired_seed_interval`` and ``format_interval``.
 """
 
 from __future__ import annotations
@@ -192,6 +192,16 @@ def command_line(record: dict, methods=None) -> str:
         if shlex.quote(name) not in command:
             command = command.replace(f" {name}", f" {shlex.quote(name)}")
     return "python -m posenc.experiments " + command.strip()
+
+
+def load_result(name: str) -> dict:
+    """The committed result record ``posenc/results/<name>.json`` (shipped with the package)."""
+    from importlib import resources
+    path = resources.files("posenc").joinpath(f"results/{name}.json")
+    if not path.is_file():
+        raise ValueError(f"name must be a committed result, one of "
+                         f"{sorted(p.name[:-5] for p in resources.files('posenc').joinpath('results').iterdir())}, got {name!r}")
+    return json.loads(path.read_text())
 
 
 def bits_per_byte(perplexity: float) -> float:

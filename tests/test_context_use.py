@@ -153,3 +153,53 @@ def test_sweep_steps_past_a_winning_edge():
     # a winner inside the grid stops the extension
     inside = [sweep_run("rope", lr, 0.99, ppl, config) for lr, ppl in ((5e-4, 9.1), (1e-3, 8.8), (2e-3, 9.5))]
     assert cu.sweep_rates(config, inside, "rope") == [5e-4, 1e-3, 2e-3] and cu.best_lr(config, inside, "rope") == 1e-3
+
+
+def _reported_record():
+    """Two methods, one rate each (no sweep), three seeds, copy accuracy at 2L whole and truncated, and
+    RoPE read with YaRN: numbers chosen by hand."""
+    config = dict(cu.PRESETS["tiny"], lr_grid=[1e-3], seeds=[0, 1, 2], train_len=4, factors=[1, 2])
+    copy = {"rope": [0.30, 0.50, 0.40], "alibi": [0.90, 0.80, 0.85]}
+    runs = []
+    for method, values in copy.items():
+        for seed, value in enumerate(values):
+            run = {"method": method, "seed": seed, "lr": 1e-3,
+                   "retrieval": {"copy": {"8": {"token_accuracy": value}},
+                                 "copy, truncated": {"8": {"token_accuracy": 0.01 * seed}}}}
+            if method == "rope":
+                run["rope_extensions"] = {"YaRN": {"8": {"retrieval": {"copy": {"8": {"token_accuracy": value + 0.2}}}}}}
+            runs.append(run)
+    return {"config": config, "runs": runs}
+
+
+def test_compare_gives_paired_intervals_and_holm_over_the_family():
+    from posenc.stats import paired_interval, paired_p_value
+    record = _reported_record()
+    at = cu.retrieval_path
+    tests = {"alibi - rope": (("alibi", at("copy", 8)), ("rope", at("copy", 8))),
+             "rope - truncated": (("rope", at("copy", 8)), ("rope", at("copy, truncated", 8))),
+             "yarn - rope": (("rope", at("copy, YaRN", 8)), ("rope", at("copy", 8)))}
+    out = cu.compare(record, tests)
+    a, b = {0: 0.90, 1: 0.80, 2: 0.85}, {0: 0.30, 1: 0.50, 2: 0.40}
+    assert out["alibi - rope"]["interval"] == pytest.approx(paired_interval(a, b))
+    assert out["alibi - rope"]["p"] == pytest.approx(paired_p_value(a, b))
+    assert out["yarn - rope"]["interval"][0] == pytest.approx(0.2) and out["yarn - rope"]["p"] == 0.0
+    # differences 0.6, 0.3, 0.45 (t = 5.2, p = 0.035) and 0.3, 0.49, 0.38 (p = 0.0095): three tests,
+    # Holm compares the smallest p with 0.05 / 3, the next with 0.05 / 2, the last with 0.05
+    assert [out[k]["holm"] for k in ("yarn - rope", "rope - truncated", "alibi - rope")] == [True, True, True]
+    assert not cu.compare(record, tests, level=0.02)["alibi - rope"]["holm"]
+
+
+def test_extension_table_reads_rope_with_each_recipe_beyond_l():
+    table = cu.extension_table(_reported_record())
+    assert table["rope"][8][0] == pytest.approx(0.40) and table["rope, YaRN"][8][0] == pytest.approx(0.60)
+    assert table["rope, truncated"][8][0] == pytest.approx(0.01)
+    assert table["rope, dynamic NTK"][8] is None
+
+
+def test_sweep_table_marks_the_chosen_rate():
+    config = dict(cu.PRESETS["tiny"], lr_grid=[1e-3, 3e-3, 1e-2], methods=["rope"])
+    runs = [sweep_run("rope", 1e-3, 0.99, 3.1, config), sweep_run("rope", 3e-3, 0.97, 3.0, config),
+            sweep_run("rope", 1e-2, 0.50, 2.5, config)]
+    assert cu.sweep_table({"config": config, "runs": runs}) == {
+        "rope": {1e-3: "0.990 / 3.10", 3e-3: "0.970 / 3.00*", 1e-2: "0.500 / 2.50"}}

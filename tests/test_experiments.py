@@ -189,3 +189,14 @@ def test_results_record_the_commit_of_the_code():
         assert code == {"commit": None}
     else:
         assert code["commit"] == head.stdout.strip() and isinstance(code["dirty"], bool)
+
+
+def test_load_result_reads_the_committed_file_and_names_the_choices():
+    from pathlib import Path
+    import json
+    import posenc
+    from posenc.experiments import load_result
+    path = Path(posenc.__file__).parent / "results" / "streaming_full.json"
+    assert load_result("streaming_full") == json.loads(path.read_text())
+    with pytest.raises(ValueError, match="name must be a committed result.*streaming_full"):
+        load_result("streaming_ful")

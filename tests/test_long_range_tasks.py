@@ -265,3 +265,32 @@ def test_unanimous_note_gives_the_exact_bound_for_pooled_seeds():
     from posenc.studies import length_generalisation as lg
     note = lg.unanimous_note({"config": {"eval_samples": 512, "seeds": [0, 1, 2, 3, 4]}})
     assert "2560 decoded" in note and f"{1 - 0.025 ** (1 / 2560):.1%}" in note  # closed form at 0 successes
+
+
+def _lg_record():
+    """Three seeds of RoPE that split (1.0, 0.95, 0.0 at N = 8 and 0.9, 0.0, 0.0 at 10), by hand."""
+    def run(seed, probes, final):
+        return {"method": "rope", "seed": seed, "exact_match": {"t": final},
+                "probes": {"t": [{"step": 100, "exact_match": probes}]}}
+    runs = [run(0, {"8": 0.5, "10": 0.1}, {"8": 1.0, "10": 0.9}),
+            run(1, {"8": 0.99, "10": 0.3}, {"8": 0.95, "10": 0.0}),
+            run(2, {"8": 0.2, "10": 0.0}, {"8": 0.0, "10": 0.0})]
+    return {"config": {"train_max": 8, "methods": ["rope"], "seeds": [0, 1, 2]}, "runs": runs}
+
+
+def test_mastery_reads_each_seed_at_its_first_checkpoint_past_the_threshold():
+    from posenc.studies import length_generalisation as lg
+    record = _lg_record()
+    # seed 0 reaches 0.99 only at the end (0.9 at n = 10); seed 1 at its probe (0.3); seed 2 never
+    assert lg.mastery(record, "rope", "t", 0.99, 10) == {"reached": 2, "seeds": 3, "beyond": [0.9, 0.3]}
+    assert lg.mastery(record, "rope", "t", 1.0, 10) == {"reached": 1, "seeds": 3, "beyond": [0.9]}
+
+
+def test_seed_counts_count_seeds_and_give_the_exact_interval():
+    from posenc.stats import clopper_pearson
+    from posenc.studies import length_generalisation as lg
+    counts = lg.seed_counts(_lg_record(), "exact_match", "t", 10, 0.85)
+    assert counts["rope"][:2] == (1, 3)
+    low, high = counts["rope"][2]
+    assert low == pytest.approx(1 - 0.975 ** (1 / 3), rel=1e-9)  # closed form for 1 of 3: lower end
+    assert high == pytest.approx(clopper_pearson(1, 3)[1])

@@ -36,7 +36,7 @@ import torch
 
 from .. import data, evaluate, tasks
 from ..attention import POSITION_METHODS
-from ..stats import clopper_pearson, t_interval
+from ..stats import clopper_pearson, holm, paired_interval, paired_p_value, t_interval
 from .common import (PROBES, distance_range, make_model, over_seeds, paired_seed_interval, positive_control,  # noqa: F401
                      probe_batch, rank, retrieval, save_checkpoint, score_lengths, task_mixture, train_recorded)
 from .context_extension import extension_recipe
@@ -244,4 +244,57 @@ def long_short_table(record: dict, measure: str = "mean") -> dict:
             n = factor * config["train_len"]
             values = over_seeds(record, "long_short", str(n), measure, method=method, runs=runs)
             out[method][n] = t_interval(list(values.values())) if values else None
+    return out
+
+
+def sweep_table(record: dict) -> dict:
+    """``{method: {lr: "control / perplexity"}}`` of the sweep seed on the development split, the chosen
+    rate marked ``*`` (``None`` for a rate a method did not try)."""
+    config, runs, out = record["config"], record["runs"], {}
+    for method in config["methods"]:
+        chosen, sweep = best_lr(config, runs, method), _sweep_runs(runs, config, method)
+        out[method] = {lr: f"{run['development']['control']:.3f} / {run['development']['perplexity']:.2f}"
+                           + ("*" if lr == chosen else "") for lr, run in sorted(sweep.items())}
+    return out
+
+
+def retrieval_path(part: str, length: int, measure: str = "token_accuracy") -> tuple:
+    """Where a run keeps a retrieval measure: ``part`` is ``"copy"``, ``"copy, truncated"``, ``"recall"``,
+    ``"passkey"``..., or ``"copy, <recipe>"`` for RoPE read with a recipe of ``ROPE_EXTENSIONS``."""
+    n = str(length)
+    task, _, recipe = part.partition(", ")
+    if recipe in ROPE_EXTENSIONS:
+        return ("rope_extensions", recipe, n, "retrieval", task, n, measure)
+    return ("retrieval", part, n, measure)
+
+
+def extension_table(record: dict, part: str = "copy", measure: str = "token_accuracy") -> dict:
+    """``{reading: {length: (mean, low, high)}}`` for RoPE beyond L: unchanged, truncated, and with each
+    recipe of ``ROPE_EXTENSIONS`` (the t-interval over seeds of the retrieval ``measure`` of ``part``)."""
+    config, runs = record["config"], seed_runs(record)
+    lengths = [f * config["train_len"] for f in config["factors"][1:]]
+    readings = ["", ", truncated", *(f", {name}" for name in ROPE_EXTENSIONS)]
+    out = {}
+    for reading in readings:
+        out[f"rope{reading}"] = {}
+        for n in lengths:
+            values = over_seeds(record, *retrieval_path(part + reading, n, measure), method="rope", runs=runs)
+            out[f"rope{reading}"][n] = t_interval(list(values.values())) if values else None
+    return out
+
+
+def compare(record: dict, tests: dict, level: float = 0.05) -> dict:
+    """A family of paired comparisons with Holm's correction over the whole family.
+
+    ``tests``: ``{label: ((method_a, path_a), (method_b, path_b))}``, paths as for ``over_seeds``.
+    Returns ``{label: {"interval": 95% t-interval of a - b over seeds, "p": paired t-test p-value,
+    "holm": True where the difference stays significant at family-wise ``level``}}``."""
+    runs, out = seed_runs(record), {}
+    for label, ((method_a, path_a), (method_b, path_b)) in tests.items():
+        a = over_seeds(record, *path_a, method=method_a, runs=runs)
+        b = over_seeds(record, *path_b, method=method_b, runs=runs)
+        out[label] = {"interval": paired_interval(a, b), "p": paired_p_value(a, b)}
+    kept = holm({label: row["p"] for label, row in out.items()}, level)
+    for label, row in out.items():
+        row["holm"] = kept[label]
     return out

@@ -1,4 +1,4 @@
-"""Chapter 10's length-generalisation study: train on answers of length 1..N, test up to 4N.
+"""Chapter 17's length-generalisation study: train on answers of length 1..N, test up to 4N.
 
 Each run is one position method and one seed; it trains one small decoder per task variant
 (``posenc.tasks``) on lengths drawn uniformly from 1..N and scores it by free-running greedy decoding
@@ -6,8 +6,9 @@ at every test length: exact match, token accuracy and accuracy by answer index. 
 
 - ``"copy, binary"`` and ``"reverse, binary"`` (alphabet 2): the previous answer token occurs about n/2
   times in the input, so a one-token content lookup is ambiguous and the model needs position;
-- ``"copy, distinct"`` (symbols without repeats from an alphabet of at least 4N): solvable by content
-  matching alone (an induction head), so it is the control for that route.
+- ``"copy, distinct"`` (symbols without repeats from an alphabet of at least 4N): a one-token content
+  lookup (an induction head) finds each answer symbol, but at an offset (n + 1) that no training answer
+  needed beyond N, so this control tests content lookup at unseen offsets, not position-free copying.
 
 Methods: the six of ``POSITION_METHODS`` and the randomized positional encodings of Ruoss et al. (2023)
 as the standard baseline, ``"rope (randomized)"`` and ``"sinusoidal (randomized)"``: every training
@@ -227,6 +228,30 @@ def matched_checkpoint(run: dict, task: str, n: int, threshold: float = 0.99) ->
         if value is not None and value >= threshold:
             return point
     return None
+
+
+def mastery(record: dict, method: str, task: str, threshold: float, beyond: int) -> dict:
+    """How ``method``'s seeds fare on ``task`` at matched in-distribution accuracy: ``{"reached": seeds
+    whose exact match at n = N reached ``threshold`` (at a probe or at the end), "seeds": seeds run,
+    "beyond": their exact match at n = ``beyond`` at that first checkpoint}`` (``matched_checkpoint``)."""
+    N = record["config"]["train_max"]
+    points = [matched_checkpoint(run, task, N, threshold) for run in record["runs"] if run["method"] == method]
+    reached = [point for point in points if point is not None]
+    return {"reached": len(reached), "seeds": len(points),
+            "beyond": [p["exact_match"][str(beyond)] for p in reached if p["exact_match"].get(str(beyond)) is not None]}
+
+
+def seed_counts(record: dict, metric: str, task: str, n: int, threshold: float) -> dict:
+    """``{method: (seeds at or above threshold, seeds, Clopper-Pearson 95% interval of that rate)}``:
+    the honest summary of outcomes that split by seed (some seeds near 1, the others near 0), where a
+    t-interval over seeds says nothing."""
+    out = {}
+    for method in record["config"]["methods"]:
+        values = [v for v in over_seeds(record, metric, task, n, method=method).values() if v is not None]
+        if values:
+            k = sum(v >= threshold for v in values)
+            out[method] = (k, len(values), clopper_pearson(k, len(values)))
+    return out
 
 
 def table(record: dict, metric: str, task: str, methods=None) -> dict:
