@@ -371,3 +371,24 @@ def passkey_task(data: torch.Tensor, batch_size: int, length: int, *, distance, 
     scored[:, length - key_digits - 1:length - 1] = True  # the question's last byte predicts the first digit
     targets = torch.cat([tokens[:, 1:], text_targets[:, -1:]], dim=1)
     return tokens, torch.where(scored, targets, torch.full_like(targets, -100))
+
+
+def render(tokens: torch.Tensor) -> str:
+    """A row of bytes ``[T]`` as one line a reader can scan: ``BOS`` as ``␂``, a newline as ``⏎``, a tab as
+    ``⇥``, other control bytes as ``·``, and bytes 128-255 (the task symbols; in the corpus's UTF-8 text
+    they are rare) as ``{hh}``, their value in hex."""
+    out = []
+    for value in tokens.tolist():
+        if value == BOS:
+            out.append("\u2402")
+        elif value == 10:
+            out.append("\u23ce")
+        elif value == 9:
+            out.append("\u21e5")
+        elif value >= 128:
+            out.append(f"{{{value:02x}}}")
+        elif value < 32 or value == 127:
+            out.append("\u00b7")
+        else:
+            out.append(chr(value))
+    return "".join(out)

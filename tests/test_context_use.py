@@ -203,3 +203,12 @@ def test_sweep_table_marks_the_chosen_rate():
             sweep_run("rope", 1e-2, 0.50, 2.5, config)]
     assert cu.sweep_table({"config": config, "runs": runs}) == {
         "rope": {1e-3: "0.990 / 3.10", 3e-3: "0.970 / 3.00*", 1e-2: "0.500 / 2.50"}}
+
+
+def test_throughput_splits_runs_by_the_load_around_them():
+    runs = [{"tokens_per_second": s, "load_average": load} for s, load in
+            [(23000, [2.0, 2.1]), (22000, [1.9, 2.4]), (9000, [3.9, 2.9]), (24000, [2.0, 2.0])]]
+    record = {"runs": runs}
+    assert cu.throughput(record, max_load=2.5) == "23,000 (22,000-24,000), 3 runs"
+    assert cu.throughput(record, min_load=2.5) == "9,000 (9,000-9,000), 1 runs"
+    assert cu.throughput(record, min_load=5) == "no runs"

@@ -294,3 +294,8 @@ def test_seed_counts_count_seeds_and_give_the_exact_interval():
     low, high = counts["rope"][2]
     assert low == pytest.approx(1 - 0.975 ** (1 / 3), rel=1e-9)  # closed form for 1 of 3: lower end
     assert high == pytest.approx(clopper_pearson(1, 3)[1])
+
+
+def test_render_marks_bos_controls_and_task_symbols():
+    row = torch.tensor([tasks.BOS, ord("a"), 10, 9, 0, 127, 128, 191, 255, ord(" ")])
+    assert tasks.render(row) == "\u2402a\u23ce\u21e5\u00b7\u00b7{80}{bf}{ff} "

@@ -247,14 +247,20 @@ def long_short_table(record: dict, measure: str = "mean") -> dict:
     return out
 
 
+def sweep_results(record: dict, method: str) -> dict:
+    """``{lr: {"control": accuracy, "perplexity": at L}}``: ``method``'s sweep runs, scored on the
+    development split."""
+    return {lr: run["development"] for lr, run in sorted(_sweep_runs(record["runs"], record["config"], method).items())}
+
+
 def sweep_table(record: dict) -> dict:
     """``{method: {lr: "control / perplexity"}}`` of the sweep seed on the development split, the chosen
-    rate marked ``*`` (``None`` for a rate a method did not try)."""
-    config, runs, out = record["config"], record["runs"], {}
-    for method in config["methods"]:
-        chosen, sweep = best_lr(config, runs, method), _sweep_runs(runs, config, method)
-        out[method] = {lr: f"{run['development']['control']:.3f} / {run['development']['perplexity']:.2f}"
-                           + ("*" if lr == chosen else "") for lr, run in sorted(sweep.items())}
+    rate marked ``*`` (a rate a method did not try is absent)."""
+    out = {}
+    for method in record["config"]["methods"]:
+        chosen = best_lr(record["config"], record["runs"], method)
+        out[method] = {lr: f"{dev['control']:.3f} / {dev['perplexity']:.2f}" + ("*" if lr == chosen else "")
+                       for lr, dev in sweep_results(record, method).items()}
     return out
 
 
@@ -298,3 +304,14 @@ def compare(record: dict, tests: dict, level: float = 0.05) -> dict:
     for label, row in out.items():
         row["holm"] = kept[label]
     return out
+
+
+def throughput(record: dict, min_load: float = 0.0, max_load: float = float("inf")) -> str:
+    """``"23,100 (21,800-24,500), 12 runs"``: the median and range of the training tokens per second of
+    the runs whose highest load average (before or after training) lies in ``[min_load, max_load)``;
+    the load is what separates a fast run from a slow one on a shared machine."""
+    speeds = sorted(run["tokens_per_second"] for run in record["runs"]
+                    if min_load <= max(run["load_average"]) < max_load)
+    if not speeds:
+        return "no runs"
+    return f"{speeds[len(speeds) // 2]:,} ({speeds[0]:,}-{speeds[-1]:,}), {len(speeds)} runs"

@@ -5,9 +5,10 @@ Each run is one position method and one seed; it trains one small decoder per ta
 at every test length: exact match, token accuracy and accuracy by answer index. The variants:
 
 - ``"copy, binary"`` and ``"reverse, binary"`` (alphabet 2): the previous answer token occurs about n/2
-  times in the input, so a one-token content lookup is ambiguous and the model needs position;
+  times in the input, so a one-token content lookup is ambiguous (the model must use where a symbol is,
+  or match a longer run of symbols);
 - ``"copy, distinct"`` (symbols without repeats from an alphabet of at least 4N): a one-token content
-  lookup (an induction head) finds each answer symbol, but at an offset (n + 1) that no training answer
+  lookup (an induction head) finds each answer symbol, but at an offset (n) that no training answer
   needed beyond N, so this control tests content lookup at unseen offsets, not position-free copying.
 
 Methods: the six of ``POSITION_METHODS`` and the randomized positional encodings of Ruoss et al. (2023)
@@ -20,9 +21,10 @@ Training probes (``probes``) score the model at every test length every ``probe_
 chapter can compare methods at matched in-distribution accuracy as well as at the end. All methods see
 the same training batches for a seed and the same evaluation sequences at each length.
 
-Learning rate: one for all methods, 1e-3, Ruoss et al.'s setting for models of this size; a measured
-check of 1e-3 against 3e-3 (``LR_CHECK``) found no learning rate better for every method, and found
-training steps, not the learning rate, limiting in-distribution accuracy. Steps are set per variant.
+Learning rate: one for all methods, 1e-3, the default of Ruoss et al.'s example code; a one-seed check
+of 1e-3 against 3e-3 (``LR_CHECK``, partly at other lengths and step counts) found neither rate better
+for every method (3e-3 helped no encoding and hurt RoPE), so the rate is not tuned per method. Steps are
+set per variant.
 """
 
 from __future__ import annotations
@@ -75,8 +77,8 @@ PRESETS = {
 
 LR_CHECK = ("dim 64, 2 layers, one seed, free-running exact match in distribution. Binary copy, N = 20, "
             "3000 steps, RoPE: 0.37 at lr 1e-3, 0.25 at 3e-3 (n = 10). Binary copy, N = 8, 4000 steps, n = 8: "
-            "ALiBi 0.65 at 1e-3, 0.61 at 3e-3; NoPE 0.29 at 1e-3, 0.44 at 3e-3. Training steps, not the "
-            "learning rate, limit in-distribution accuracy here.")
+            "ALiBi 0.65 at 1e-3, 0.61 at 3e-3; NoPE 0.29 at 1e-3, 0.44 at 3e-3. Neither rate is better for "
+            "every method.")
 
 # Kazemnejad et al. (2023), Figure 1: mean reciprocal rank over their 10 tasks (higher is better),
 # verified in ../shared/reference/published-results.md. Their APE is sinusoidal.
