@@ -317,10 +317,20 @@ def task_scores(model: torch.nn.Module, tokens: torch.Tensor, targets: torch.Ten
         tokens, targets = tokens[:, -context:].clone(), targets[:, -context:]
         if bos is not None:
             tokens[:, 0] = bos
+    right, scored = argmax_hits(model, tokens, targets, batch_size=batch_size)
+    return {"token_accuracy": float(right.sum() / scored.sum()),
+            "exact_match": float((right | ~scored).all(dim=1).double().mean())}
+
+
+@torch.no_grad()
+def argmax_hits(model: torch.nn.Module, tokens: torch.Tensor, targets: torch.Tensor, *,
+                batch_size: int = 32) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(right, scored)``, two bool tensors ``[batch, seq]``: where a scored target (targets != -100) is
+    the model's argmax, and where targets are scored. The model runs in eval mode on its own device, in
+    chunks of ``batch_size`` rows."""
     device = next(model.parameters()).device
     model.eval()
-    right = torch.cat([model(tokens[i:i + batch_size].to(device)).argmax(-1).cpu()
-                       for i in range(0, tokens.shape[0], batch_size)]) == targets
+    predicted = torch.cat([model(tokens[i:i + batch_size].to(device)).argmax(-1).cpu()
+                           for i in range(0, tokens.shape[0], batch_size)])
     scored = targets != -100
-    return {"token_accuracy": float((right & scored).sum() / scored.sum()),
-            "exact_match": float((right | ~scored).all(dim=1).double().mean())}
+    return (predicted == targets) & scored, scored

@@ -17,6 +17,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from ._validate import check_int
+from .evaluate import argmax_hits
 
 
 @dataclass
@@ -176,17 +177,14 @@ def task_accuracy(model: torch.nn.Module, batch_fn, *, batches: int = 4, seed: i
 
     ``exact_match`` is the fraction of sequences whose every scored target (targets != -100) is the
     model's argmax; ``token_accuracy`` the fraction of scored targets that are. Chance token accuracy on a
-    task over v symbols is 1/v; exact match on n answer tokens needs all n right.
+    task over v symbols is 1/v; exact match on n answer tokens needs all n right. The batches run on the
+    model's own device (``device`` is accepted for compatibility and not needed).
     """
-    device = torch.device(device) if device is not None else next(model.parameters()).device
     generator = torch.Generator().manual_seed(seed)
-    model.eval()
     sequences_right = sequences = tokens_right = tokens_scored = 0
     for _ in range(batches):
         tokens, targets = batch_fn(generator)
-        predicted = model(tokens.to(device)).argmax(-1).cpu()
-        scored = targets != -100
-        right = (predicted == targets) & scored
+        right, scored = argmax_hits(model, tokens, targets, batch_size=max(1, tokens.shape[0]))
         sequences_right += int((right | ~scored).all(dim=1).sum())
         sequences += tokens.shape[0]
         tokens_right += int(right.sum())
