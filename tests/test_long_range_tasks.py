@@ -299,3 +299,23 @@ def test_seed_counts_count_seeds_and_give_the_exact_interval():
 def test_render_marks_bos_controls_and_task_symbols():
     row = torch.tensor([tasks.BOS, ord("a"), 10, 9, 0, 127, 128, 191, 255, ord(" ")])
     assert tasks.render(row) == "\u2402a\u23ce\u21e5\u00b7\u00b7{80}{bf}{ff} "
+
+
+def test_out_of_distribution_averages_seeds_and_lengths_beyond_n_for_either_metric():
+    from posenc.studies import length_generalisation as lg
+    runs = [{"method": "rope", "exact_match": {"t": {"8": 1.0, "10": 0.2, "16": 0.0}},
+             "token_accuracy": {"t": {"8": 1.0, "10": 0.8, "16": 0.6}}},
+            {"method": "rope", "exact_match": {"t": {"8": 1.0, "10": 0.4, "16": 0.2}},
+             "token_accuracy": {"t": {"8": 1.0, "10": 0.7, "16": 0.5}}}]
+    record = {"config": {"train_max": 8}, "runs": runs}
+    assert lg.out_of_distribution(record, "rope", "t") == pytest.approx((0.2 + 0.0 + 0.4 + 0.2) / 4)
+    assert lg.out_of_distribution(record, "rope", "t", "token_accuracy") == pytest.approx(2.6 / 4)
+
+
+def test_out_of_distribution_by_seed_keeps_each_seed_apart():
+    from posenc.studies import length_generalisation as lg
+    runs = [{"method": "rope", "seed": s, "token_accuracy": {"t": {"8": 1.0, "10": a, "16": b}}}
+            for s, a, b in [(0, 0.8, 0.6), (1, 0.7, 0.5)]]
+    record = {"config": {"train_max": 8}, "runs": runs}
+    by_seed = lg.out_of_distribution_by_seed(record, "rope", "t", "token_accuracy")
+    assert by_seed == pytest.approx({0: 0.7, 1: 0.6})

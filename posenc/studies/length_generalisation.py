@@ -196,14 +196,28 @@ def run(config: dict, key: dict, checkpoint_dir: Path | None) -> dict:
     return result
 
 
-def out_of_distribution(record: dict, method: str, task: str) -> float | None:
-    """Mean exact match over seeds and over the test lengths beyond N (None if any is missing)."""
+def out_of_distribution(record: dict, method: str, task: str, metric: str = "exact_match") -> float | None:
+    """Mean ``metric`` over seeds and over the test lengths beyond N (None if any is missing): with
+    ``"token_accuracy"``, Ruoss et al.'s score (their mean per-token accuracy beyond the training lengths)."""
     train_max = record["config"]["train_max"]
     values = [value for run in record["runs"] if run["method"] == method
-              for n, value in run["exact_match"][task].items() if int(n) > train_max]
+              for n, value in run[metric][task].items() if int(n) > train_max]
     if not values or any(value is None for value in values):
         return None
     return sum(values) / len(values)
+
+
+def out_of_distribution_by_seed(record: dict, method: str, task: str, metric: str = "exact_match") -> dict:
+    """``{seed: mean metric over the test lengths beyond N}`` for ``method`` (seeds pair across methods:
+    the same training batches and evaluation sequences)."""
+    train_max = record["config"]["train_max"]
+    out = {}
+    for run in record["runs"]:
+        if run["method"] == method:
+            values = [v for n, v in run[metric][task].items() if int(n) > train_max]
+            if values and all(v is not None for v in values):
+                out[run["seed"]] = sum(values) / len(values)
+    return out
 
 
 def mean_reciprocal_rank(record: dict, methods=tuple(KAZEMNEJAD_MRR)) -> dict[str, float]:
