@@ -175,11 +175,14 @@ def run(config: dict, key: dict, checkpoint_dir: Path | None) -> dict:
 
 # ---- reading a record ----------------------------------------------------------------------------------
 
-def seed_runs(record: dict) -> list[dict]:
-    """The reported runs: each method at its chosen learning rate, on the reported seeds."""
+def seed_runs(record: dict, only_passing: bool = False) -> list[dict]:
+    """The reported runs: each method at its chosen learning rate, on the reported seeds; with
+    ``only_passing``, only the runs whose positive control reached ``control_threshold`` (the runs whose
+    numbers beyond L may be read; a reader that uses them says so, since it selects the better seeds)."""
     config, runs = record["config"], record["runs"]
     chosen = {method: best_lr(config, runs, method) for method in config["methods"]}
-    return [run for run in runs if run["seed"] != config["sweep_seed"] and run["lr"] == chosen[run["method"]]]
+    return [run for run in runs if run["seed"] != config["sweep_seed"] and run["lr"] == chosen[run["method"]]
+            and (not only_passing or run["positive_control"]["accuracy"] >= config["control_threshold"])]
 
 
 def controls(record: dict) -> dict:
@@ -195,10 +198,12 @@ def controls(record: dict) -> dict:
     return out
 
 
-def retrieval_table(record: dict, part: str = "copy", measure: str = "token_accuracy") -> dict:
+def retrieval_table(record: dict, part: str = "copy", measure: str = "token_accuracy",
+                    only_passing: bool = False) -> dict:
     """``{method: {length: (mean, low, high) or None}}``: the 95% t-interval over seeds of ``measure``
-    for the retrieval ``part`` (``"copy"``, ``"copy, truncated"``, ``"recall"``) at each length."""
-    config, runs = record["config"], seed_runs(record)
+    for the retrieval ``part`` (``"copy"``, ``"copy, truncated"``, ``"recall"``) at each length, over the
+    runs of ``seed_runs(record, only_passing)``."""
+    config, runs = record["config"], seed_runs(record, only_passing)
     lengths = [f * config["train_len"] for f in config["factors"]]
     out = {}
     for method in config["methods"]:
@@ -274,10 +279,12 @@ def retrieval_path(part: str, length: int, measure: str = "token_accuracy") -> t
     return ("retrieval", part, n, measure)
 
 
-def extension_table(record: dict, part: str = "copy", measure: str = "token_accuracy") -> dict:
+def extension_table(record: dict, part: str = "copy", measure: str = "token_accuracy",
+                    only_passing: bool = False) -> dict:
     """``{reading: {length: (mean, low, high)}}`` for RoPE beyond L: unchanged, truncated, and with each
-    recipe of ``ROPE_EXTENSIONS`` (the t-interval over seeds of the retrieval ``measure`` of ``part``)."""
-    config, runs = record["config"], seed_runs(record)
+    recipe of ``ROPE_EXTENSIONS`` (the t-interval over seeds of the retrieval ``measure`` of ``part``;
+    runs as in ``seed_runs(record, only_passing)``)."""
+    config, runs = record["config"], seed_runs(record, only_passing)
     lengths = [f * config["train_len"] for f in config["factors"][1:]]
     readings = ["", ", truncated", *(f", {name}" for name in ROPE_EXTENSIONS)]
     out = {}
@@ -289,13 +296,14 @@ def extension_table(record: dict, part: str = "copy", measure: str = "token_accu
     return out
 
 
-def compare(record: dict, tests: dict, level: float = 0.05) -> dict:
+def compare(record: dict, tests: dict, level: float = 0.05, only_passing: bool = False) -> dict:
     """A family of paired comparisons with Holm's correction over the whole family.
 
     ``tests``: ``{label: ((method_a, path_a), (method_b, path_b))}``, paths as for ``over_seeds``.
     Returns ``{label: {"interval": 95% t-interval of a - b over seeds, "p": paired t-test p-value,
-    "holm": True where the difference stays significant at family-wise ``level``}}``."""
-    runs, out = seed_runs(record), {}
+    "holm": True where the difference stays significant at family-wise ``level``}}``. Seeds pair across
+    methods; with ``only_passing``, a seed counts only where both runs pass the positive control."""
+    runs, out = seed_runs(record, only_passing), {}
     for label, ((method_a, path_a), (method_b, path_b)) in tests.items():
         a = over_seeds(record, *path_a, method=method_a, runs=runs)
         b = over_seeds(record, *path_b, method=method_b, runs=runs)
