@@ -4,6 +4,10 @@ The corpus is the source code of Python's own standard library (the ``.py`` file
 interpreter), read in sorted order, so every machine with the same Python version gets the same bytes
 and nothing is downloaded. Text is tokenised as raw bytes (vocabulary 256).
 
+A larger corpus, for the ``gpu`` presets (hundreds of millions of tokens would repeat the 4.7 MB standard
+library dozens of times): ``corpus="packages"``, the ``.py`` files of the pinned packages in
+``PACKAGES`` (about 110 MB), fixed by the versions ``requirements.txt`` pins and hashed the same way.
+
 The bytes depend on the Python version: another interpreter (Colab's Python 3.12, say) has other
 standard-library files and so trains and scores on a different corpus than the book's committed results
 (Python 3.11.7). ``corpus_fingerprint`` records what a run used (Python version, file list, SHA-256 of
@@ -37,18 +41,45 @@ def stdlib_files() -> list[Path]:
     return sorted(p for p in root.glob("*.py") if not p.name.startswith(("test", "idle")))
 
 
-def _first_files(max_bytes: int) -> list[Path]:
-    """``stdlib_files()`` in order, up to the first that brings the total to ``max_bytes`` or more; a
-    warning when the whole standard library is smaller than ``max_bytes`` (a study asking for more text
-    than exists would otherwise repeat it many times over without saying so)."""
+PACKAGES = ("torch", "numpy", "sympy", "pandas", "matplotlib", "networkx")  # pinned in requirements.txt
+
+
+def package_files() -> list[Path]:
+    """The ``.py`` files of the installed packages in ``PACKAGES``, package by package in that order, each
+    sorted by path; a clear error when one is not installed."""
+    import importlib.util
+    files = []
+    for name in PACKAGES:
+        spec = importlib.util.find_spec(name)
+        if spec is None or not spec.submodule_search_locations:
+            raise ValueError(f"corpus='packages' needs the package {name!r} installed "
+                             "(pip install -r requirements.txt)")
+        root = Path(list(spec.submodule_search_locations)[0])
+        files += sorted(root.rglob("*.py"))
+    return files
+
+
+CORPORA = {"stdlib": stdlib_files, "packages": package_files}
+
+
+def _source_files(corpus: str) -> list[Path]:
+    if corpus not in CORPORA:
+        raise ValueError(f"corpus must be one of {sorted(CORPORA)}, got {corpus!r}")
+    return CORPORA[corpus]()
+
+
+def _first_files(max_bytes: int, corpus: str = "stdlib") -> list[Path]:
+    """The ``corpus``'s files in order, up to the first that brings the total to ``max_bytes`` or more; a
+    warning when the whole corpus is smaller than ``max_bytes`` (a study asking for more text than exists
+    would otherwise repeat it many times over without saying so)."""
     chosen, total = [], 0
-    for path in stdlib_files():
+    for path in _source_files(corpus):
         chosen.append(path)
         total += path.stat().st_size
         if total >= max_bytes:
             break
     if total < max_bytes:
-        warnings.warn(f"max_bytes={max_bytes:,} exceeds the standard library's {total:,} bytes: all of it is "
+        warnings.warn(f"max_bytes={max_bytes:,} exceeds the {corpus} corpus's {total:,} bytes: all of it is "
                       "used, and a study drawing more tokens than that repeats it", stacklevel=3)
     return chosen
 
@@ -62,17 +93,29 @@ def corpus_files(max_bytes: int = 2_000_000) -> list[Path]:
     return _first_files(check_int("max_bytes", max_bytes))
 
 
+def _label(path: Path, corpus: str) -> str:
+    """A file's name in a fingerprint: its name in the standard library; its path inside the package
+    folder for ``corpus="packages"`` (``torch/nn/__init__.py``), where names repeat."""
+    if corpus == "stdlib":
+        return path.name
+    parts = path.parts
+    starts = [i for i, part in enumerate(parts) if part in ("site-packages", "dist-packages")]
+    return "/".join(parts[starts[-1] + 1:]) if starts else path.name
+
+
 def _digest(tokens: torch.Tensor) -> str:
     return hashlib.sha256(tokens.to(torch.uint8).numpy().tobytes()).hexdigest()
 
 
-def corpus_fingerprint(max_bytes: int = 2_000_000, validation_fraction: float | None = None) -> dict:
+def corpus_fingerprint(max_bytes: int = 2_000_000, validation_fraction: float | None = None,
+                       corpus: str = "stdlib") -> dict:
     """What identifies the corpus on this machine, for printing beside results or storing with them.
 
     Args:
         max_bytes: as for ``stdlib_corpus`` (or ``stdlib_split``).
         validation_fraction: ``None`` describes ``stdlib_corpus(max_bytes)``; a fraction describes
-            ``stdlib_split(max_bytes, validation_fraction)``.
+            ``stdlib_split(max_bytes, validation_fraction, corpus)``.
+        corpus: ``"stdlib"`` or ``"packages"`` (for a split; ``stdlib_corpus`` is the standard library's).
 
     Returns:
         A dict with ``"python"`` (the interpreter version whose standard library is read) and
@@ -83,16 +126,18 @@ def corpus_fingerprint(max_bytes: int = 2_000_000, validation_fraction: float | 
     """
     max_bytes = check_int("max_bytes", max_bytes)
     fingerprint = {"python": platform.python_version(), "max_bytes": max_bytes}
+    if corpus != "stdlib":
+        fingerprint["corpus"] = corpus
     if validation_fraction is None:
         corpus = stdlib_corpus(max_bytes)
         return {**fingerprint, "files": [p.name for p in corpus_files(max_bytes)],
                 "n_bytes": int(corpus.numel()), "sha256": _digest(corpus)}
-    train, validation = stdlib_split(max_bytes, validation_fraction)
-    train_files, validation_files = split_files(max_bytes, validation_fraction)
+    train, validation = stdlib_split(max_bytes, validation_fraction, corpus)
+    train_files, validation_files = split_files(max_bytes, validation_fraction, corpus)
     fingerprint["validation_fraction"] = validation_fraction
     for name, files, tokens in (("train", train_files, train),
                                 ("validation", validation_files, validation)):
-        fingerprint[name] = {"files": [p.name for p in files], "n_bytes": int(tokens.numel()),
+        fingerprint[name] = {"files": [_label(p, corpus) for p in files], "n_bytes": int(tokens.numel()),
                              "sha256": _digest(tokens)}
     return fingerprint
 
@@ -110,11 +155,13 @@ def stdlib_corpus(max_bytes: int = 2_000_000) -> torch.Tensor:
     return _bytes_of(_first_files(max_bytes))[:max_bytes]
 
 
-def stdlib_split(max_bytes: int = 4_000_000, validation_fraction: float = 0.1) -> tuple[torch.Tensor, torch.Tensor]:
+def stdlib_split(max_bytes: int = 4_000_000, validation_fraction: float = 0.1,
+                 corpus: str = "stdlib") -> tuple[torch.Tensor, torch.Tensor]:
     """A train/validation split of the standard-library corpus *by file*, so no file is in both.
 
     Files are taken in sorted order until about ``max_bytes``; every ``round(1 / validation_fraction)``-th
-    file (the 10th, 20th, ... for 0.1) goes to validation, the rest to training.
+    file (the 10th, 20th, ... for 0.1) goes to validation, the rest to training. ``corpus="packages"``
+    reads the pinned packages' sources instead (``package_files``).
 
     Returns:
         ``(train, validation)``, 1-D LongTensors of byte values.
@@ -122,25 +169,27 @@ def stdlib_split(max_bytes: int = 4_000_000, validation_fraction: float = 0.1) -
     max_bytes = check_int("max_bytes", max_bytes)
     if not 0 < validation_fraction < 1:
         raise ValueError(f"validation_fraction must be in (0, 1), got {validation_fraction}")
-    train_files, validation_files = split_files(max_bytes, validation_fraction)
+    train_files, validation_files = split_files(max_bytes, validation_fraction, corpus)
     return _bytes_of(train_files), _bytes_of(validation_files)
 
 
-def stdlib_splits(max_bytes: int = 4_000_000, fraction: float = 0.1) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def stdlib_splits(max_bytes: int = 4_000_000, fraction: float = 0.1,
+                  corpus: str = "stdlib") -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(train, development, validation)``: ``stdlib_split``'s validation files, and every
     ``round(1 / fraction)``-th of its training files held out as a development split (for choosing
     settings such as the learning rate without touching the evaluation data); training is the rest."""
-    train_files, validation_files = split_files(max_bytes, fraction)
+    train_files, validation_files = split_files(max_bytes, fraction, corpus)
     every = max(2, round(1 / fraction))
     development_files = train_files[every // 2::every]
     train_files = [p for p in train_files if p not in development_files]
     return _bytes_of(train_files), _bytes_of(development_files), _bytes_of(validation_files)
 
 
-def split_files(max_bytes: int, validation_fraction: float = 0.1) -> tuple[list[Path], list[Path]]:
+def split_files(max_bytes: int, validation_fraction: float = 0.1,
+                corpus: str = "stdlib") -> tuple[list[Path], list[Path]]:
     """The file lists behind ``stdlib_split``: (training files, validation files)."""
     every = max(2, round(1 / validation_fraction))
-    chosen = _first_files(max_bytes)
+    chosen = _first_files(max_bytes, corpus)
     validation = chosen[every - 1::every]
     training = [p for p in chosen if p not in validation]
     return training, validation

@@ -109,7 +109,7 @@ def run_study(study: str, preset: str, out: Path, *, resume: bool = False, check
     record = {"study": study, "preset": preset, "config": config, "environment": environment(), "runs": [],
               "wall_seconds": 0.0, "command": "python -m posenc.experiments " + shlex.join(sys.argv[1:])}
     if "max_bytes" in config:
-        record["corpus"] = data.corpus_fingerprint(config["max_bytes"], 0.1)
+        record["corpus"] = data.corpus_fingerprint(config["max_bytes"], 0.1, config.get("corpus", "stdlib"))
     if resume and out.exists():
         previous = json.loads(out.read_text())
         if not same_config(previous.get("config", {}), config):
@@ -199,8 +199,8 @@ def load_result(name: str) -> dict:
     from importlib import resources
     path = resources.files("posenc").joinpath(f"results/{name}.json")
     if not path.is_file():
-        raise ValueError(f"name must be a committed result, one of "
-                         f"{sorted(p.name[:-5] for p in resources.files('posenc').joinpath('results').iterdir())}, got {name!r}")
+        names = sorted(p.name[:-5] for p in resources.files("posenc").joinpath("results").iterdir())
+        raise ValueError(f"name must be a committed result, one of {names}, got {name!r}")
     return json.loads(path.read_text())
 
 

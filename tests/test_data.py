@@ -1,3 +1,5 @@
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -74,3 +76,27 @@ def test_corpus_fingerprint_of_a_split():
         assert part["files"] == [f.name for f in files] and part["n_bytes"] == len(raw)
         assert part["sha256"] == hashlib.sha256(raw).hexdigest()
     assert not set(fingerprint["train"]["files"]) & set(fingerprint["validation"]["files"])
+
+
+def test_packages_corpus_reads_the_pinned_packages_sources_in_order():
+    """The gpu presets' corpus: the .py files of the packages in data.PACKAGES, package by package, each
+    sorted, labelled by their path inside site-packages, and free of the BOS byte."""
+    import hashlib
+    import importlib.util
+
+    import posenc.tasks as tasks
+    from posenc import data
+
+    files = data.package_files()
+    torch_root = Path(list(importlib.util.find_spec("torch").submodule_search_locations)[0])
+    torch_files = sorted(torch_root.rglob("*.py"))
+    assert files[:len(torch_files)] == torch_files  # torch first, sorted by path
+    assert sum(f.stat().st_size for f in files) > 50e6  # room for the gpu presets' 50 MB
+    train, validation = data.stdlib_split(3_000_000, 0.1, corpus="packages")
+    fingerprint = data.corpus_fingerprint(3_000_000, 0.1, corpus="packages")
+    assert fingerprint["corpus"] == "packages" and fingerprint["train"]["files"][0] == "torch/_VF.py"
+    expected = hashlib.sha256(bytes(train.to(torch.uint8).tolist())).hexdigest()
+    assert fingerprint["train"]["sha256"] == expected
+    assert not (train == tasks.BOS).any() and not (validation == tasks.BOS).any()
+    with pytest.raises(ValueError, match="corpus must be one of"):
+        data.stdlib_split(1000, 0.1, corpus="web")

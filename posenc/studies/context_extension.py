@@ -52,7 +52,7 @@ PRESETS = {
                  fine_tunes=["continued, L", "continued, 2L", "PI, 2L", "YaRN, 2L", "base x10, 2L"]),
     # the same code at more than 10x the full scale for a CUDA device: 20x the tokens per seed, 2x L
     "gpu": dict(_ZERO_SHOT, dim=256, layers=6, heads=8, rope_base=3000.0, train_len=1024, steps=5000,
-                batch=32, warmup=250, seeds=[0, 1, 2, 3, 4], max_bytes=50_000_000, eval_tokens=262144,
+                batch=32, warmup=250, seeds=[0, 1, 2, 3, 4], max_bytes=50_000_000, corpus="packages", eval_tokens=262144,
                 passkey_lengths=[512, 1024, 2048, 4096], passkey_keys=32, fine_tune_steps=500,
                 fine_tune_batch=16, fine_tune_lr=5e-4, fine_tune_warmup=50,
                 fine_tunes=["continued, L", "continued, 2L", "PI, 2L", "YaRN, 2L", "base x10, 2L"]),
@@ -156,7 +156,7 @@ def _fine_tune_setting(name: str, config: dict) -> tuple[int, dict | None, float
 
 def run(config: dict, key: dict, checkpoint_dir: Path | None) -> dict:
     seed, L = key["seed"], config["train_len"]
-    train_bytes, validation = data.stdlib_split(config["max_bytes"])
+    train_bytes, validation = data.stdlib_split(config["max_bytes"], corpus=config.get("corpus", "stdlib"))
     lengths = [L] + [f * L for f in config["factors"]]
     longest = lengths[-1]
 

@@ -55,6 +55,12 @@ PRESETS = {
     "full": dict(_COMMON, dim=96, layers=3, heads=4, train_len=128, factors=[1, 2, 4, 8, 16], steps=3000,
                  batch=16, warmup=100, curriculum_steps=500, seeds=[0, 1, 2, 3, 4], lr_grid=[5e-4, 1e-3, 2e-3],
                  eval_tokens=65536, probe_rows=128, curve_bin=16),
+    # for a CUDA device, about ten times the scale (review P3-M1): 164M tokens a run, half of them text,
+    # from the pinned packages' sources (about 90 MB of training files; the 4.7 MB standard library would
+    # be repeated some 17 times over by the text rows alone)
+    "gpu": dict(_COMMON, dim=384, layers=6, heads=6, train_len=512, factors=[1, 2, 4, 8], steps=10000,
+                batch=32, warmup=500, curriculum_steps=1500, seeds=[0, 1, 2, 3, 4], lr_grid=[2.5e-4, 5e-4, 1e-3],
+                max_bytes=110_000_000, corpus="packages", eval_tokens=262144, probe_rows=256, curve_bin=64),
 }
 
 ROPE_EXTENSIONS = ("YaRN", "dynamic NTK")
@@ -128,7 +134,8 @@ def next_run(config: dict, runs: list[dict]) -> dict | None:
 
 def run(config: dict, key: dict, checkpoint_dir: Path | None) -> dict:
     method, seed, lr = key["method"], key["seed"], key["lr"]
-    train_bytes, development, validation = data.stdlib_splits(config["max_bytes"])
+    train_bytes, development, validation = data.stdlib_splits(config["max_bytes"],
+                                                              corpus=config.get("corpus", "stdlib"))
     L = config["train_len"]
     torch.manual_seed(seed)
     model = build(method, config)

@@ -43,7 +43,7 @@ PRESETS = {
     # the same code at more than 10x the full scale for a CUDA device
     "gpu": dict(_COMMON, dim=384, layers=6, heads=6, train_len=512, factors=[1, 2, 4, 8, 16], steps=10000,
                 batch=32, warmup=500, seeds=[0, 1, 2, 3, 4], lr_grid=[5e-4, 1e-3, 2e-3], lr_extend=2,
-                max_bytes=50_000_000, eval_tokens=262144,
+                max_bytes=50_000_000, corpus="packages", eval_tokens=262144,
                 passkey_lengths=[512, 1024, 2048, 4096, 8192], passkey_keys=32, curve_bin=64),
 }
 
@@ -149,7 +149,7 @@ def seed_runs(record: dict) -> list[dict]:
 
 def run(config: dict, key: dict, checkpoint_dir: Path | None) -> dict:
     method, seed, lr = key["method"], key["seed"], key["lr"]
-    train_bytes, validation = data.stdlib_split(config["max_bytes"])
+    train_bytes, validation = data.stdlib_split(config["max_bytes"], corpus=config.get("corpus", "stdlib"))
     L = config["train_len"]
     lengths = [f * L for f in config["factors"]]
     torch.manual_seed(seed)

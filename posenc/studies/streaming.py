@@ -75,7 +75,7 @@ def stream_losses(model, validation: torch.Tensor, config: dict) -> dict[str, to
 
 def run(config: dict, key: dict, checkpoint_dir: Path | None) -> dict:
     method, seed = key["method"], key["seed"]
-    train_bytes, validation = data.stdlib_split(config["max_bytes"])
+    train_bytes, validation = data.stdlib_split(config["max_bytes"], corpus=config.get("corpus", "stdlib"))
     L = config["train_len"]
     torch.manual_seed(seed)
     model = build(method, config)
