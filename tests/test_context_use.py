@@ -224,3 +224,12 @@ def test_only_passing_drops_the_runs_that_fail_the_control_and_unpairs_their_see
     tests = {"alibi - rope": (("alibi", at("copy", 8)), ("rope", at("copy", 8)))}
     diff = cu.compare(record, tests, only_passing=True)["alibi - rope"]["interval"][0]
     assert diff == pytest.approx(((0.90 - 0.30) + (0.85 - 0.40)) / 2)  # seed 1 unpaired
+
+
+def test_retrieval_intervals_stay_within_zero_and_one():
+    record = _reported_record()
+    for run in record["runs"]:
+        if run["method"] == "alibi":  # 0.99, 0.10, 0.98: a t-interval over three runs past both ends
+            run["retrieval"]["copy"]["8"]["token_accuracy"] = {0: 0.99, 1: 0.10, 2: 0.98}[run["seed"]]
+    mean, low, high = cu.retrieval_table(record)["alibi"][8]
+    assert mean == pytest.approx(2.07 / 3) and low == 0.0 and high == 1.0

@@ -208,7 +208,7 @@ def controls(record: dict) -> dict:
 def retrieval_table(record: dict, part: str = "copy", measure: str = "token_accuracy",
                     only_passing: bool = False) -> dict:
     """``{method: {length: (mean, low, high) or None}}``: the 95% t-interval over seeds of ``measure``
-    for the retrieval ``part`` (``"copy"``, ``"copy, truncated"``, ``"recall"``) at each length, over the
+    (cut to [0, 1]) for the retrieval ``part`` (``"copy"``, ``"copy, truncated"``, ``"recall"``) at each length, over the
     runs of ``seed_runs(record, only_passing)``."""
     config, runs = record["config"], seed_runs(record, only_passing)
     lengths = [f * config["train_len"] for f in config["factors"]]
@@ -217,8 +217,17 @@ def retrieval_table(record: dict, part: str = "copy", measure: str = "token_accu
         out[method] = {}
         for n in lengths:
             values = over_seeds(record, "retrieval", part, str(n), measure, method=method, runs=runs)
-            out[method][n] = t_interval(list(values.values())) if values else None
+            out[method][n] = _rate_interval(values)
     return out
+
+
+def _rate_interval(values: dict) -> tuple[float, float, float] | None:
+    """The t-interval of a rate over seeds, cut to [0, 1] (few seeds that disagree give a t-interval
+    reaching past the range a rate can take); ``None`` without values."""
+    if not values:
+        return None
+    mean, low, high = t_interval(list(values.values()))
+    return mean, max(0.0, low), min(1.0, high)
 
 
 def paired_retrieval(record: dict, method_a: str, method_b: str, length: int, part: str = "copy",
@@ -299,7 +308,7 @@ def extension_table(record: dict, part: str = "copy", measure: str = "token_accu
         out[f"rope{reading}"] = {}
         for n in lengths:
             values = over_seeds(record, *retrieval_path(part + reading, n, measure), method="rope", runs=runs)
-            out[f"rope{reading}"][n] = t_interval(list(values.values())) if values else None
+            out[f"rope{reading}"][n] = _rate_interval(values)
     return out
 
 
