@@ -79,7 +79,8 @@ def _first_files(max_bytes: int, corpus: str = "stdlib") -> list[Path]:
         if total >= max_bytes:
             break
     if total < max_bytes:
-        warnings.warn(f"max_bytes={max_bytes:,} exceeds the {corpus} corpus's {total:,} bytes: all of it is "
+        name = {"stdlib": "the standard library", "packages": "the pinned packages' sources"}[corpus]
+        warnings.warn(f"max_bytes={max_bytes:,} exceeds {name}'s {total:,} bytes: all of it is "
                       "used, and a study drawing more tokens than that repeats it", stacklevel=3)
     return chosen
 
