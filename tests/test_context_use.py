@@ -233,3 +233,17 @@ def test_retrieval_intervals_stay_within_zero_and_one():
             run["retrieval"]["copy"]["8"]["token_accuracy"] = {0: 0.99, 1: 0.10, 2: 0.98}[run["seed"]]
     mean, low, high = cu.retrieval_table(record)["alibi"][8]
     assert mean == pytest.approx(2.07 / 3) and low == 0.0 and high == 1.0
+
+
+def test_mean_curve_averages_the_seeds_at_the_longest_length():
+    record = _reported_record()  # train_len 4, factors [1, 2]: the longest window is 8 tokens
+    record["config"] = dict(record["config"], curve_bin=4)
+    for run in record["runs"]:
+        run["curve"] = [1.0 + run["seed"], 2.0]  # two bins of 4 tokens
+        run["truncated_curve"] = [1.0, 1.0]
+    assert cu.mean_curve(record, "rope") == pytest.approx([2.0, 2.0])
+    assert cu.mean_curve(record, "rope", truncated=True) == pytest.approx([1.0, 1.0])
+    for run in record["runs"]:
+        if run["method"] == "alibi":
+            run["curve"] = [1.0]  # a window of L only, as the learned table's
+    assert cu.mean_curve(record, "alibi") is None

@@ -339,3 +339,16 @@ def throughput(record: dict, min_load: float = 0.0, max_load: float = float("inf
     if not speeds:
         return "no runs"
     return f"{speeds[len(speeds) // 2]:,} ({speeds[0]:,}-{speeds[-1]:,}), {len(speeds)} runs"
+
+
+def mean_curve(record: dict, method: str, truncated: bool = False) -> list[float] | None:
+    """The per-position loss of ``method`` over a window of the longest length, in bins of ``curve_bin``
+    tokens, averaged over its reported seeds (nats); with ``truncated``, the same bytes read through the
+    last L tokens. ``None`` for a method without one (a learned table beyond its length)."""
+    key = "truncated_curve" if truncated else "curve"
+    curves = [run[key] for run in seed_runs(record) if run["method"] == method and run.get(key)]
+    longest = record["config"]["train_len"] * max(record["config"]["factors"])
+    curves = [c for c in curves if len(c) * record["config"]["curve_bin"] == longest]
+    if not curves:
+        return None
+    return [sum(values) / len(curves) for values in zip(*curves)]
