@@ -130,9 +130,11 @@ def corpus_fingerprint(max_bytes: int = 2_000_000, validation_fraction: float | 
     if corpus != "stdlib":
         fingerprint["corpus"] = corpus
     if validation_fraction is None:
-        corpus = stdlib_corpus(max_bytes)
+        if corpus != "stdlib":
+            raise ValueError(f"corpus={corpus!r} is described as a split: pass validation_fraction")
+        tokens = stdlib_corpus(max_bytes)
         return {**fingerprint, "files": [p.name for p in corpus_files(max_bytes)],
-                "n_bytes": int(corpus.numel()), "sha256": _digest(corpus)}
+                "n_bytes": int(tokens.numel()), "sha256": _digest(tokens)}
     train, validation = stdlib_split(max_bytes, validation_fraction, corpus)
     train_files, validation_files = split_files(max_bytes, validation_fraction, corpus)
     fingerprint["validation_fraction"] = validation_fraction

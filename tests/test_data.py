@@ -100,3 +100,9 @@ def test_packages_corpus_reads_the_pinned_packages_sources_in_order():
     assert not (train == tasks.BOS).any() and not (validation == tasks.BOS).any()
     with pytest.raises(ValueError, match="corpus must be one of"):
         data.stdlib_split(1000, 0.1, corpus="web")
+
+
+def test_fingerprint_of_the_packages_corpus_needs_a_split():
+    from posenc import data
+    with pytest.raises(ValueError, match="validation_fraction"):
+        data.corpus_fingerprint(1000, corpus="packages")  # not silently the standard library's

@@ -303,13 +303,15 @@ def test_render_marks_bos_controls_and_task_symbols():
 
 def test_out_of_distribution_averages_seeds_and_lengths_beyond_n_for_either_metric():
     from posenc.studies import length_generalisation as lg
-    runs = [{"method": "rope", "exact_match": {"t": {"8": 1.0, "10": 0.2, "16": 0.0}},
+    runs = [{"method": "rope", "seed": 0, "exact_match": {"t": {"8": 1.0, "10": 0.2, "16": 0.0}},
              "token_accuracy": {"t": {"8": 1.0, "10": 0.8, "16": 0.6}}},
-            {"method": "rope", "exact_match": {"t": {"8": 1.0, "10": 0.4, "16": 0.2}},
+            {"method": "rope", "seed": 1, "exact_match": {"t": {"8": 1.0, "10": 0.4, "16": 0.2}},
              "token_accuracy": {"t": {"8": 1.0, "10": 0.7, "16": 0.5}}}]
     record = {"config": {"train_max": 8}, "runs": runs}
     assert lg.out_of_distribution(record, "rope", "t") == pytest.approx((0.2 + 0.0 + 0.4 + 0.2) / 4)
     assert lg.out_of_distribution(record, "rope", "t", "token_accuracy") == pytest.approx(2.6 / 4)
+    runs.append({"method": "rope", "seed": 2, "exact_match": {"t": {"8": 1.0, "10": None, "16": None}}})
+    assert lg.out_of_distribution(record, "rope", "t") is None  # a seed that cannot run beyond N
 
 
 def test_out_of_distribution_by_seed_keeps_each_seed_apart():

@@ -346,7 +346,8 @@ def test_probed_batches_call_the_probe_every_k_steps():
 
 def test_mean_reciprocal_rank_by_hand():
     def run(method, copy, reverse):
-        return {"method": method, "exact_match": {"a": {"4": 1.0, "8": copy}, "b": {"4": 1.0, "8": reverse}}}
+        return {"method": method, "seed": 0,
+                "exact_match": {"a": {"4": 1.0, "8": copy}, "b": {"4": 1.0, "8": reverse}}}
 
     record = {"config": {"train_max": 4, "tasks": [{"name": "a"}, {"name": "b"}]},
               "runs": [run("none", 0.5, 0.1), run("rope", 0.2, 0.3), run("alibi", 0.5, 0.0)]}

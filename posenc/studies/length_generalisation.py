@@ -199,12 +199,11 @@ def run(config: dict, key: dict, checkpoint_dir: Path | None) -> dict:
 def out_of_distribution(record: dict, method: str, task: str, metric: str = "exact_match") -> float | None:
     """Mean ``metric`` over seeds and over the test lengths beyond N (None if any is missing): with
     ``"token_accuracy"``, Ruoss et al.'s score (their mean per-token accuracy beyond the training lengths)."""
-    train_max = record["config"]["train_max"]
-    values = [value for run in record["runs"] if run["method"] == method
-              for n, value in run[metric][task].items() if int(n) > train_max]
-    if not values or any(value is None for value in values):
+    by_seed = out_of_distribution_by_seed(record, method, task, metric)
+    seeds = sum(run["method"] == method for run in record["runs"])
+    if not by_seed or len(by_seed) < seeds:  # a seed that cannot run beyond N (a learned table)
         return None
-    return sum(values) / len(values)
+    return sum(by_seed.values()) / len(by_seed)
 
 
 def out_of_distribution_by_seed(record: dict, method: str, task: str, metric: str = "exact_match") -> dict:
