@@ -165,3 +165,16 @@ def clopper_pearson(successes: int, trials: int, level: float = 0.95) -> tuple[f
     low = 0.0 if successes == 0 else solve(lambda p: _binomial_cdf(successes - 1, trials, p), 1 - tail)
     high = 1.0 if successes == trials else solve(lambda p: _binomial_cdf(successes, trials, p), tail)
     return low, high
+
+
+def paired_family(pairs: dict, level: float = 0.05) -> dict:
+    """A family of paired comparisons with Holm's correction over the whole family.
+
+    ``pairs``: ``{label: (a, b)}``, each a ``{seed: value}`` dict. Returns ``{label: {"interval": 95%
+    t-interval of a - b, "p": paired t-test p-value, "holm": True where the difference stays
+    significant at family-wise ``level``}}``."""
+    out = {label: {"interval": paired_interval(a, b), "p": paired_p_value(a, b)} for label, (a, b) in pairs.items()}
+    kept = holm({label: row["p"] for label, row in out.items()}, level)
+    for label, row in out.items():
+        row["holm"] = kept[label]
+    return out

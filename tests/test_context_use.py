@@ -247,3 +247,40 @@ def test_mean_curve_averages_the_seeds_at_the_longest_length():
         if run["method"] == "alibi":
             run["curve"] = [1.0]  # a window of L only, as the learned table's
     assert cu.mean_curve(record, "alibi") is None
+
+
+def _extension_record():
+    """A hand-made chapter-7 tasks record: L = 128, four seeds, seed 1 failing the positive control."""
+    runs = []
+    for seed, control, plain, yarn in ((0, 0.99, 0.30, 0.60), (1, 0.50, 0.90, 0.90), (2, 0.97, 0.20, 0.50),
+                                       (3, 0.96, 0.25, 0.55)):
+        runs.append({"seed": seed, "positive_control": {"accuracy": control},
+                     "no_scaling": {"retrieval": {"copy": {"128": {"token_accuracy": 1.0}, "256": {"token_accuracy": plain}},
+                                                  "copy, truncated": {"256": {"token_accuracy": 0.01}}}},
+                     "zero_shot": {"YaRN": {"retrieval": {"s=2": {"copy": {"256": {"token_accuracy": yarn}}}}}},
+                     "fine_tuned": {}})
+    return {"config": {"train_len": 128}, "runs": runs}
+
+
+def test_context_extension_readers_keep_the_passing_seeds_and_cut_rates_to_zero_one():
+    from posenc.studies import context_extension as ce
+    record = _extension_record()
+    assert [run["seed"] for run in ce.passing_runs(record)] == [0, 2, 3]
+    assert ce.retrieval_path("truncated", 256, 128) == ("no_scaling", "retrieval", "copy, truncated", "256",
+                                                        "token_accuracy")
+    assert ce.retrieval_path("truncated", 128, 128) == ce.retrieval_path("no scaling", 128, 128)
+    assert ce.retrieval_path("YaRN", 256, 128)[:4] == ("zero_shot", "YaRN", "retrieval", "s=2")
+    table = ce.retrieval_table(record, ["no scaling", "YaRN", "truncated"], [("L", 128, None), ("2L", 256, None)])
+    assert table["no scaling"]["L"] == (1.0, 1.0, 1.0) and table["YaRN"]["L"] is None
+    mean, low, high = table["YaRN"]["2L"]  # 0.6, 0.5, 0.55: sd 0.05, t(0.975, 2) = 4.3027
+    assert mean == pytest.approx(0.55) and high - mean == pytest.approx(4.3027 * 0.05 / 3 ** 0.5, abs=1e-4)
+    assert table["truncated"]["2L"] == pytest.approx((0.01, 0.01, 0.01))
+    every = ce.retrieval_table(record, ["no scaling"], [("2L", 256, None)], runs=record["runs"])
+    assert every["no scaling"]["2L"][0] == pytest.approx(0.4125) and every["no scaling"]["2L"][2] <= 1.0
+    result = ce.compare(record, {"YaRN - none": (ce.retrieval_path("YaRN", 256, 128),
+                                                 ce.retrieval_path("no scaling", 256, 128)),
+                                 "none - none": (ce.retrieval_path("no scaling", 128, 128),
+                                                 ce.retrieval_path("no scaling", 128, 128))})
+    assert result["YaRN - none"]["interval"] == pytest.approx((0.3, 0.3, 0.3))  # the failing seed left out
+    assert result["YaRN - none"]["holm"] and not result["none - none"]["holm"]
+    assert result["none - none"]["p"] == 1.0

@@ -29,7 +29,7 @@ import torch
 from .. import data, tasks
 from ..rope import rope_frequencies
 from ..train import TrainConfig, train_model
-from ..stats import t_interval
+from ..stats import paired_family, t_interval
 from .common import (format_rows, make_model, over_seeds, paired_seed_interval, passkey, positive_control,  # noqa: F401
                      rank, retrieval, save_checkpoint, score_lengths, task_mixture, training_batches)
 
@@ -307,3 +307,61 @@ def paired(record: dict, row_a: str, row_b: str, length: int, factor_a: int | No
     L = record["config"]["train_len"]
     return paired_seed_interval(record, perplexity_path(row_a, length, L, factor_a),
                                 perplexity_path(row_b, length, L, factor_b))
+
+
+# ---- reading a tasks record: retrieval by source distance, controls first ------------------------------
+
+def passing_runs(record: dict, threshold: float = 0.95) -> list[dict]:
+    """The runs whose base model copies within L with token accuracy at least ``threshold`` (the
+    positive control): the only runs whose retrieval beyond L may be read."""
+    return [run for run in record["runs"] if run["positive_control"]["accuracy"] >= threshold]
+
+
+def retrieval_path(row: str, length: int, train_len: int, factor: int | None = None, part: str = "copy",
+                   measure: str = "token_accuracy") -> tuple:
+    """Where a tasks record's run keeps a retrieval ``measure`` of ``part`` (``"copy"``, ``"recall"``,
+    ``"passkey"``) at ``length``, for ``row`` as in ``perplexity_path``: a baseline (``"truncated"`` reads
+    the last L tokens: the negative control), a recipe deployed with ``factor`` (default
+    ``length // train_len``; a recipe's probes ran at L and at its own sL) or a fine-tune."""
+    n = str(length)
+    if row in ("no scaling", "none") or (row == "truncated" and length <= train_len):
+        return ("no_scaling", "retrieval", part, n, measure)
+    if row == "truncated":
+        return ("no_scaling", "retrieval", f"{part}, truncated", n, measure)
+    if row in FINE_TUNES:
+        return ("fine_tuned", row, "retrieval", part, n, measure)
+    if row in EXTENSION_RECIPES or row in TEMPERATURE_ARMS:
+        factor = factor or max(1, length // train_len)
+        return ("zero_shot", row, "retrieval", f"s={factor}", part, n, measure)
+    raise ValueError(f"row must be a baseline, recipe or fine-tune, got {row!r}")
+
+
+def retrieval_table(record: dict, rows, columns, part: str = "copy", measure: str = "token_accuracy",
+                    runs: list[dict] | None = None) -> dict:
+    """``{row: {label: (mean, low, high) or None}}``: the 95% t-interval over ``runs`` (default: the
+    passing runs) of a retrieval measure, cut to [0, 1], for each column ``(label, length, factor or
+    None)``; ``None`` where no run has it (a recipe's probes run at L and at its own sL only)."""
+    L, runs = record["config"]["train_len"], passing_runs(record) if runs is None else runs
+    out = {}
+    for row in rows:
+        out[row] = {}
+        for label, length, factor in columns:
+            values = over_seeds(record, *retrieval_path(row, length, L, factor, part, measure), runs=runs)
+            if values:
+                mean, low, high = t_interval(list(values.values()))
+                out[row][label] = (mean, max(0.0, low), min(1.0, high))
+            else:
+                out[row][label] = None
+    return out
+
+
+def compare(record: dict, tests: dict, level: float = 0.05, runs: list[dict] | None = None) -> dict:
+    """A family of paired comparisons over seeds, with Holm's correction over the whole family.
+
+    ``tests``: ``{label: (path_a, path_b)}``, paths as ``perplexity_path`` or ``retrieval_path`` give
+    them. Returns ``{label: {"interval": 95% t-interval of a - b, "p": paired t-test p-value, "holm":
+    True where the difference stays significant at family-wise ``level``}}``, over ``runs`` (default:
+    the passing runs)."""
+    runs = passing_runs(record) if runs is None else runs
+    return paired_family({label: (over_seeds(record, *path_a, runs=runs), over_seeds(record, *path_b, runs=runs))
+                          for label, (path_a, path_b) in tests.items()}, level)

@@ -36,7 +36,7 @@ import torch
 
 from .. import data, evaluate, tasks
 from ..attention import POSITION_METHODS
-from ..stats import clopper_pearson, holm, paired_interval, paired_p_value, t_interval
+from ..stats import clopper_pearson, paired_family, t_interval
 from .common import (PROBES, distance_range, make_model, over_seeds, paired_seed_interval, positive_control,  # noqa: F401
                      probe_batch, rank, retrieval, save_checkpoint, score_lengths, task_mixture, train_recorded)
 from .context_extension import extension_recipe
@@ -319,15 +319,10 @@ def compare(record: dict, tests: dict, level: float = 0.05, only_passing: bool =
     Returns ``{label: {"interval": 95% t-interval of a - b over seeds, "p": paired t-test p-value,
     "holm": True where the difference stays significant at family-wise ``level``}}``. Seeds pair across
     methods; with ``only_passing``, a seed counts only where both runs pass the positive control."""
-    runs, out = seed_runs(record, only_passing), {}
-    for label, ((method_a, path_a), (method_b, path_b)) in tests.items():
-        a = over_seeds(record, *path_a, method=method_a, runs=runs)
-        b = over_seeds(record, *path_b, method=method_b, runs=runs)
-        out[label] = {"interval": paired_interval(a, b), "p": paired_p_value(a, b)}
-    kept = holm({label: row["p"] for label, row in out.items()}, level)
-    for label, row in out.items():
-        row["holm"] = kept[label]
-    return out
+    runs = seed_runs(record, only_passing)
+    return paired_family({label: (over_seeds(record, *path_a, method=method_a, runs=runs),
+                                  over_seeds(record, *path_b, method=method_b, runs=runs))
+                          for label, ((method_a, path_a), (method_b, path_b)) in tests.items()}, level)
 
 
 def throughput(record: dict, min_load: float = 0.0, max_load: float = float("inf")) -> str:
