@@ -52,6 +52,17 @@ def test_curriculum_doubles_the_task_span_and_tasks_stay_inside_it():
         assert ((targets != -100).sum(dim=1) > 0).all()
 
 
+def test_a_longer_curriculum_starts_shorter_and_can_shorten_the_windows_too():
+    config = dict(cu.PRESETS["full"], curriculum_steps=10, curriculum_phases=5, curriculum_windows=True,
+                  mixture={"copy": 0.5, "recall": 0.5}, tasks_first=True)
+    assert [task_span(config, 512, step) for step in (0, 10, 20, 30, 40, 49, 50, 999)] == \
+        [32, 64, 128, 256, 512, 512, 512, 512]
+    batch_fn = task_mixture(data.stdlib_corpus(300_000), config, 4, 512)
+    generator = torch.Generator().manual_seed(0)
+    widths = [batch_fn(generator)[0].shape[1] for _ in range(55)]
+    assert widths[:41:10] == [32, 64, 128, 256, 512] and set(widths[50:]) == {512}
+
+
 def test_probes_put_each_length_beyond_the_shorter_ones():
     config = cu.PRESETS["full"]
     validation = data.stdlib_corpus(300_000)

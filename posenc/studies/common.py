@@ -226,12 +226,20 @@ def format_rows(rows: dict, digits: int = 2) -> str:
 # ---- training on text and long-range tasks (posenc.tasks), with BOS ------------------------------------
 
 def task_span(config: dict, length: int, step: int) -> int:
-    """How far into a window the tasks reach at training ``step``: a curriculum of doubling spans,
-    ``length / 4`` for the first ``curriculum_steps`` steps, ``length / 2`` for the next as many, then
-    ``length``. Induction forms in a few hundred steps over short spans and is then stretched; over the
-    whole window from the start it had not formed after 1,500 steps (book's own runs, RoPE, width 96)."""
-    phase = min(2, step // config["curriculum_steps"]) if config.get("curriculum_steps") else 2
-    return max(length // 2 ** (2 - phase), 2 * config["block"] + 2, 1 + 4 * config["pairs"])
+    """How far into a window the tasks reach at training ``step``: a curriculum of doubling spans over
+    ``config["curriculum_phases"]`` phases (default 3) of ``curriculum_steps`` steps each, from
+    ``length / 2 ** (phases - 1)`` up to ``length``. Induction forms in a few hundred steps over short
+    spans and is then stretched; over the whole window from the start it had not formed after 1,500
+    steps (book's own runs, RoPE, width 96, L = 128), and starting from 128 of L = 512 it had not formed
+    after 1,500 steps either (chapter 7's first tasks run), which is why L = 512 starts at 32."""
+    phases = config.get("curriculum_phases", 3)
+    phase = min(phases - 1, step // config["curriculum_steps"]) if config.get("curriculum_steps") else phases - 1
+    return max(length // 2 ** (phases - 1 - phase), 2 * config["block"] + 2, 1 + 4 * config["pairs"])
+
+
+def curriculum_length(config: dict) -> int:
+    """Steps in the curriculum: ``curriculum_phases`` (default 3) phases of ``curriculum_steps``."""
+    return config.get("curriculum_phases", 3) * config.get("curriculum_steps", 0)
 
 
 def _log_uniform(low: int, high: int, n: int, generator) -> torch.Tensor:
@@ -248,31 +256,35 @@ def task_mixture(train_bytes: torch.Tensor, config: dict, batch: int, length: in
     and end at a log-uniform place in it, so that short, easy instances are as common at every stage as
     long ones (with uniform ends, induction formed several times more slowly here); a copy's distance is
     uniform over what fits before its end. With ``config["tasks_first"]``, every row is a task while the
-    curriculum lasts (the two tasks in the mixture's proportions), and text joins after it. Task rows score only the task's tokens, text rows
-    every token. The function counts its calls to follow the curriculum."""
+    curriculum lasts (the two tasks in the mixture's proportions), and text joins after it. With
+    ``config["curriculum_windows"]``, the windows themselves are only ``task_span`` long while the
+    curriculum lasts (a sequence-length warm-up: its steps cost less). Task rows score only the task's
+    tokens, text rows every token. The function counts its calls to follow the curriculum."""
     calls = [0]
     block, pairs = config["block"], config["pairs"]
 
     def batch_fn(generator):
         span = task_span(config, length, calls[0])
         copy, recall = config["mixture"]["copy"], config["mixture"]["recall"]
-        if config.get("tasks_first") and calls[0] < 3 * config["curriculum_steps"]:
+        in_curriculum = calls[0] < curriculum_length(config)
+        if config.get("tasks_first") and in_curriculum:
             copy, recall = copy / (copy + recall), recall / (copy + recall)
+        width = span if config.get("curriculum_windows") and in_curriculum else length
         calls[0] += 1
         draw = torch.rand(batch, generator=generator)
         n_copy = int((draw < copy).sum())
         n_recall = int(((draw >= copy) & (draw < copy + recall)).sum())
         parts = []
         if batch - n_copy - n_recall:
-            parts.append(tasks.bos_windows(train_bytes, batch - n_copy - n_recall, length, generator=generator))
+            parts.append(tasks.bos_windows(train_bytes, batch - n_copy - n_recall, width, generator=generator))
         if n_copy:  # the repeat ends at e, log-uniform up to the span; the distance uniform over what fits
             end = _log_uniform(2 * block + 2, span, n_copy, generator)
             distance = block + (torch.rand(n_copy, generator=generator) * (end - 2 * block)).long()
             source = end - block - distance
-            parts.append(tasks.copy_task(train_bytes, n_copy, length, distance=distance, source=source,
+            parts.append(tasks.copy_task(train_bytes, n_copy, width, distance=distance, source=source,
                                          block=block, generator=generator))
         if n_recall:
-            parts.append(tasks.recall_task(train_bytes, n_recall, length, pairs=pairs,
+            parts.append(tasks.recall_task(train_bytes, n_recall, width, pairs=pairs,
                                            end=_log_uniform(1 + 4 * pairs, span, n_recall, generator),
                                            generator=generator))
         return torch.cat([tokens for tokens, _ in parts]), torch.cat([targets for _, targets in parts])
@@ -317,11 +329,11 @@ PROBES = ("copy", "passkey", "recall")
 
 
 def retrieval(model, validation: torch.Tensor, config: dict, factors, *, truncate: bool = True) -> dict:
-    """``{task: {str(n): scores}}`` for each task of ``PROBES`` at each length ``n = f * L`` (scores from
+    """``{task: {str(n): scores}}`` for each task of ``config["probes"]`` (default ``PROBES``) at each length ``n = f * L`` (scores from
     ``evaluate.task_scores``), and with ``truncate`` the copy and the passkey read through the last L
     tokens beyond L (``"copy, truncated"``, ``"passkey, truncated"``: the negative control)."""
     L, out = config["train_len"], {}
-    for task in PROBES:
+    for task in config.get("probes", PROBES):
         out[task] = {}
         for factor in factors:
             tokens, targets = probe_batch(config, validation, task, factor)
