@@ -295,3 +295,11 @@ def test_context_extension_readers_keep_the_passing_seeds_and_cut_rates_to_zero_
     assert result["YaRN - none"]["interval"] == pytest.approx((0.3, 0.3, 0.3))  # the failing seed left out
     assert result["YaRN - none"]["holm"] and not result["none - none"]["holm"]
     assert result["none - none"]["p"] == 1.0
+
+
+def test_training_tokens_count_the_short_windows_of_the_curriculum():
+    from posenc.studies import context_extension as ce
+    from posenc.studies.common import training_tokens
+    config = ce.PRESETS["tasks"]  # 5 phases of 400 steps from 32 bytes, then 1,500 steps at 512, batch 16
+    assert training_tokens(config, 512) == 16 * (400 * (32 + 64 + 128 + 256 + 512) + 1500 * 512)
+    assert training_tokens(cu.PRESETS["full"], 128) == 3000 * 16 * 128  # full windows throughout

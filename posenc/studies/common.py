@@ -248,6 +248,16 @@ def _log_uniform(low: int, high: int, n: int, generator) -> torch.Tensor:
     return draw.exp().long().clamp(low, high)
 
 
+def training_tokens(config: dict, length: int) -> int:
+    """Tokens a base model reads in training at ``length``: ``steps x batch x length``, less what the
+    shorter windows of a ``curriculum_windows`` curriculum leave out."""
+    steps, batch = config["steps"], config["batch"]
+    if not config.get("curriculum_windows"):
+        return steps * batch * length
+    return batch * sum(task_span(config, length, step) if step < curriculum_length(config) else length
+                       for step in range(steps))
+
+
 def task_mixture(train_bytes: torch.Tensor, config: dict, batch: int, length: int):
     """``batch_fn`` for ``train_model``: windows of ``length`` that all start with ``tasks.BOS``; per
     row, with probabilities ``config["mixture"]["copy"]`` and ``["recall"]``, a copy (``tasks.copy_task``,

@@ -31,7 +31,8 @@ from ..rope import rope_frequencies
 from ..train import TrainConfig, train_model
 from ..stats import paired_family, t_interval
 from .common import (format_rows, make_model, over_seeds, paired_seed_interval, passkey, positive_control,  # noqa: F401
-                     rank, retrieval, save_checkpoint, score_lengths, task_mixture, training_batches)
+                     rank, retrieval, save_checkpoint, score_lengths, task_mixture, training_batches,
+                     training_tokens)
 
 _ZERO_SHOT = dict(factors=[2, 4], passkey_depths=[0.0, 0.25, 0.5, 0.75, 1.0], passkey_rate=0.25, curve_bin=32,
                   lr=3e-3, weight_decay=0.01, decay="linear", methods=["rope"], base_factor=10.0)
@@ -196,7 +197,7 @@ def run(config: dict, key: dict, checkpoint_dir: Path | None) -> dict:
                                       window_mean=config.get("window_mean", False)))
     result = {"train_seconds": time.perf_counter() - start, "history": history,
               "parameters": sum(p.numel() for p in base_model.parameters()),
-              "train_tokens": config["steps"] * config["batch"] * L}
+              "train_tokens": training_tokens(config, L)}
     if rank() != 0:
         return result
     weights = copy.deepcopy(base_model.state_dict())

@@ -38,7 +38,8 @@ from .. import data, evaluate, tasks
 from ..attention import POSITION_METHODS
 from ..stats import clopper_pearson, paired_family, t_interval
 from .common import (PROBES, distance_range, make_model, over_seeds, paired_seed_interval, positive_control,  # noqa: F401
-                     probe_batch, rank, retrieval, save_checkpoint, score_lengths, task_mixture, train_recorded)
+                     probe_batch, rank, retrieval, save_checkpoint, score_lengths, task_mixture, train_recorded,
+                     training_tokens)
 from .context_extension import extension_recipe
 
 _COMMON = dict(methods=list(POSITION_METHODS), decay="linear", weight_decay=0.01, max_bytes=4_000_000,
@@ -141,7 +142,7 @@ def run(config: dict, key: dict, checkpoint_dir: Path | None) -> dict:
     model = build(method, config)
     load_before = os.getloadavg()[0]
     result = train_recorded(model, task_mixture(train_bytes, config, config["batch"], L), config, lr=lr, seed=seed)
-    result["train_tokens"] = config["steps"] * config["batch"] * L
+    result["train_tokens"] = training_tokens(config, L)
     result["epochs"] = round(result["train_tokens"] / train_bytes.numel(), 3)  # passes over the training text, at most
     result["tokens_per_second"] = round(result["train_tokens"] / result["train_seconds"])
     result["load_average"] = [round(load_before, 2), round(os.getloadavg()[0], 2)]
