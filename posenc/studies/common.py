@@ -248,14 +248,17 @@ def _log_uniform(low: int, high: int, n: int, generator) -> torch.Tensor:
     return draw.exp().long().clamp(low, high)
 
 
+def window_width(config: dict, length: int, step: int) -> int:
+    """The training window at ``step``: ``task_span`` while a ``curriculum_windows`` curriculum lasts,
+    else ``length``."""
+    if config.get("curriculum_windows") and step < curriculum_length(config):
+        return task_span(config, length, step)
+    return length
+
+
 def training_tokens(config: dict, length: int) -> int:
-    """Tokens a base model reads in training at ``length``: ``steps x batch x length``, less what the
-    shorter windows of a ``curriculum_windows`` curriculum leave out."""
-    steps, batch = config["steps"], config["batch"]
-    if not config.get("curriculum_windows"):
-        return steps * batch * length
-    return batch * sum(task_span(config, length, step) if step < curriculum_length(config) else length
-                       for step in range(steps))
+    """Tokens a base model reads in training at ``length``: ``batch x window_width`` summed over steps."""
+    return config["batch"] * sum(window_width(config, length, step) for step in range(config["steps"]))
 
 
 def task_mixture(train_bytes: torch.Tensor, config: dict, batch: int, length: int):
@@ -279,7 +282,7 @@ def task_mixture(train_bytes: torch.Tensor, config: dict, batch: int, length: in
         in_curriculum = calls[0] < curriculum_length(config)
         if config.get("tasks_first") and in_curriculum:
             copy, recall = copy / (copy + recall), recall / (copy + recall)
-        width = span if config.get("curriculum_windows") and in_curriculum else length
+        width = window_width(config, length, calls[0])
         calls[0] += 1
         draw = torch.rand(batch, generator=generator)
         n_copy = int((draw < copy).sum())
