@@ -11,7 +11,7 @@
 
 Beyond the method, a layer may attend within a sliding ``window`` or ``chunk`` (``posenc.masks``), scale
 its queries with a position-dependent ``temperature`` (``posenc.temperature``), learn per-head ``sinks``
-(``posenc.sinks``) and use its own ``softmax_scale``: the facts a ``posenc.plan.LayerSpec`` holds, so that
+(``posenc.sinks``), gate its output (gated attention) and use its own ``softmax_scale``: the facts a ``posenc.plan.LayerSpec`` holds, so that
 ``MultiHeadAttention.from_spec`` builds any layer of Llama 4, Gemma 3, Cohere 2, gpt-oss or SmolLM3.
 """
 
@@ -92,6 +92,9 @@ class MultiHeadAttention(Float32Buffers):
         temperature: a ``posenc.plan.Temperature``: queries are multiplied by
             ``attention_temperature(position)`` (Llama 4's NoPE layers).
         sinks: learn one sink logit per head (``self.sinks``, ``[n_heads]``, zeros at init; gpt-oss).
+        gate: a sigmoid output gate (``self.gate``, ``nn.Linear(dim, n_heads * head_dim)``): the concatenated
+            heads are multiplied element by element by ``sigmoid(self.gate(x))`` before ``self.out`` (gated
+            attention, Qiu et al. 2025; Qwen3-Next computes the same gate from a doubled query projection).
         softmax_scale: the score scale, default ``head_dim ** -0.5``.
         head_dim: each head's width, when it is not ``dim // n_heads`` (Gemma 3, gpt-oss): the projections then
             map ``dim`` to ``n_heads * head_dim`` and back. None (default): ``dim // n_heads``.
@@ -127,7 +130,7 @@ class MultiHeadAttention(Float32Buffers):
                  t5_num_buckets: int = 32, t5_max_distance: int = 128, t5_bias: T5RelativeBias | None = None,
                  alibi_slopes: torch.Tensor | None = None, window: int | None = None, chunk: int | None = None,
                  temperature: Temperature | None = None, sinks: bool = False, softmax_scale: float | None = None,
-                 head_dim: int | None = None):
+                 head_dim: int | None = None, gate: bool = False):
         super().__init__()
         dim, n_heads = check_int("dim", dim), check_int("n_heads", n_heads)
         if head_dim is None and dim % n_heads:
@@ -153,6 +156,7 @@ class MultiHeadAttention(Float32Buffers):
         self.qkv = nn.Linear(dim, 3 * self.inner_dim)
         self.out = nn.Linear(self.inner_dim, dim)
         self.sinks = nn.Parameter(torch.zeros(n_heads)) if sinks else None
+        self.gate = nn.Linear(dim, self.inner_dim) if gate else None
         if position == "rope":
             self.rotary = RotaryEmbedding(self.head_dim, base=rope_base, scaling=rope_scaling,
                                           interleaved=rope_interleaved)
@@ -176,14 +180,14 @@ class MultiHeadAttention(Float32Buffers):
             rope = dict(rope_base=spec.rope.base, rope_scaling=spec.rope.scaling, rope_interleaved=spec.rope.interleaved)
         return cls(dim, n_heads, position=spec.position, causal=causal, t5_bias=t5_bias, window=spec.window,
                    chunk=spec.chunk, temperature=spec.temperature, sinks=spec.sinks, softmax_scale=spec.softmax_scale,
-                   head_dim=spec.head_dim, **rope)
+                   head_dim=spec.head_dim, gate=spec.gate, **rope)
 
     @property
     def spec(self) -> LayerSpec:
         """This layer as a ``LayerSpec``."""
         fields = {name: getattr(self._spec_fields, name) for name in ("position", "rope", "window", "chunk",
                                                                      "temperature", "softmax_scale", "head_dim")}
-        return LayerSpec(**fields, sinks=self.sinks is not None)
+        return LayerSpec(**fields, sinks=self.sinks is not None, gate=self.gate is not None)
 
     def attention_bias(self, q_len: int, k_len: int, *, device=None, query_positions: torch.Tensor | None = None,
                        key_positions: torch.Tensor | None = None) -> torch.Tensor | None:
@@ -264,7 +268,10 @@ class MultiHeadAttention(Float32Buffers):
             if explicit:
                 cache.positions = key_positions
         y, weights = self._attention(q, k, v, need_weights, position_bias, positions, key_positions)
-        y = self.out(y.transpose(1, 2).reshape(batch, seq, self.inner_dim))
+        y = y.transpose(1, 2).reshape(batch, seq, self.inner_dim)
+        if self.gate is not None:
+            y = y * torch.sigmoid(self.gate(x))
+        y = self.out(y)
         return (y, weights) if need_weights else y
 
     def _rotate(self, q, k, past, positions, tables):

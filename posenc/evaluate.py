@@ -232,17 +232,24 @@ def streaming_token_losses(model: torch.nn.Module, data: torch.Tensor, length: i
 
 
 @torch.no_grad()
-def first_token_attention(model: torch.nn.Module, tokens: torch.Tensor, *, skip: int = 16) -> list[float]:
+def first_token_attention(model: torch.nn.Module, tokens: torch.Tensor, *, skip: int = 16,
+                          by_head: bool = False, reduce: bool = True, queries: torch.Tensor | None = None):
     """Mean attention weight on the first token, layer by layer, over heads and queries ``skip ..``.
 
     ``tokens`` is ``[batch, seq]``; the model is a ``TransformerLM``. Queries before ``skip`` are left
     out: the first few have so few keys that any weight on token 0 is large. For comparison, a query at
     index i that spread its attention evenly would give the first token ``1 / (i + 1)``.
+
+    Returns ``[layer]`` floats; with ``by_head``, ``[layer][head]``; with ``reduce=False``, per layer a
+    ``[heads, seq - skip]`` tensor of the weight averaged over the batch only. ``queries`` (bool
+    ``[batch, seq]``) restricts the means to the queries it marks (the queries at some kind of token, say).
     """
     check_tensor("tokens", tokens, min_dim=2)
     seq = tokens.shape[1]
     if not 0 <= skip < seq:
         raise ValueError(f"skip must be in [0, seq={seq}), got {skip}")
+    if queries is not None and tuple(queries.shape) != tuple(tokens.shape):
+        raise ValueError(f"queries must have the shape of tokens {tuple(tokens.shape)}, got {tuple(queries.shape)}")
     device = next(model.parameters()).device
     model.eval()
     shares = []
@@ -251,7 +258,13 @@ def first_token_attention(model: torch.nn.Module, tokens: torch.Tensor, *, skip:
         x = model.absolute(x)
     for block in model.blocks:
         _, weights = block.attn(block.ln_attn(x), need_weights=True)  # [batch, heads, seq, seq]
-        shares.append(float(weights[:, :, skip:, 0].mean()))
+        first = weights[:, :, skip:, 0].float().cpu()  # [batch, heads, queries]
+        if not reduce:
+            shares.append(first.mean(0))
+        else:
+            kept = torch.ones_like(first[:, 0], dtype=torch.bool) if queries is None else queries[:, skip:].cpu()
+            per_head = [float(first[:, h][kept].mean()) for h in range(first.shape[1])]
+            shares.append(per_head if by_head else sum(per_head) / len(per_head))
         x = block(x)
     return shares
 

@@ -92,6 +92,9 @@ class LayerSpec:
         chunk: chunked local attention (Llama 4: attention restarts every ``chunk`` tokens), or None.
         temperature: a ``Temperature`` that scales the queries with their position, or None.
         sinks: learn one sink logit per head (gpt-oss).
+        gate: multiply each head's output, element by element, by a sigmoid of the layer's input before the
+            output projection (gated attention, Qiu et al. 2025, the G1 gate; Qwen3-Next's full-attention
+            layers): a head can then output nothing without attending to a sink.
         softmax_scale: the score scale, default ``head_dim ** -0.5`` (Gemma 3's ``query_pre_attn_scalar``
             and DeepSeek's YaRN ``mscale`` change it: ``posenc.mla.yarn_softmax_scale``).
         head_dim: the width of each head's queries, keys and values, when it is not ``dim / n_heads`` (Gemma 3,
@@ -105,6 +108,7 @@ class LayerSpec:
     chunk: int | None = None
     temperature: Temperature | None = None
     sinks: bool = False
+    gate: bool = False
     softmax_scale: float | None = None
     head_dim: int | None = None
 
@@ -155,6 +159,8 @@ class LayerSpec:
             text += f" temperature(floor_scale={self.temperature.floor_scale:g}, scale={self.temperature.scale:g})"
         if self.sinks:
             text += " sinks"
+        if self.gate:
+            text += " gate"
         if self.softmax_scale is not None:
             text += f" softmax_scale={self.softmax_scale:.4g}"
         if self.head_dim is not None:

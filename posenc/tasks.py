@@ -392,3 +392,55 @@ def render(tokens: torch.Tensor) -> str:
         else:
             out.append(chr(value))
     return "".join(out)
+
+
+# ---- a task in which attention sinks form: Bigram-Backcopy (Guo et al. 2024) ---------------------------
+
+def bigram_transitions(vocab: int, triggers: int, *, successors: int = 4, trigger_rate: float = 0.15,
+                       seed: int = 0) -> torch.Tensor:
+    """A random bigram table ``[vocab, vocab]`` (rows sum to 1) for ``bigram_backcopy``: every token is
+    followed by one of ``successors`` non-trigger tokens of its own (random weights), or by one of the
+    ``triggers`` trigger tokens ``0 .. triggers-1`` (``trigger_rate`` in all, shared evenly)."""
+    vocab, triggers, successors = check_int("vocab", vocab), check_int("triggers", triggers), check_int(
+        "successors", successors)
+    if triggers + successors > vocab:
+        raise ValueError(f"triggers + successors must be <= vocab={vocab}, got {triggers} + {successors}")
+    if not 0 < trigger_rate < 1:
+        raise ValueError(f"trigger_rate must be in (0, 1), got {trigger_rate}")
+    generator = torch.Generator().manual_seed(seed)
+    table = torch.zeros(vocab, vocab, dtype=torch.float64)
+    for token in range(vocab):
+        following = torch.randperm(vocab - triggers, generator=generator)[:successors] + triggers
+        weights = torch.rand(successors, generator=generator, dtype=torch.float64) + 0.2
+        table[token, following] = (1 - trigger_rate) * weights / weights.sum()
+    table[:, :triggers] = trigger_rate / triggers
+    return table
+
+
+def bigram_backcopy(batch_size: int, length: int, transitions: torch.Tensor, *, triggers: int,
+                    generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sequences of the Bigram-Backcopy task (Guo et al. 2024, "Active-dormant attention heads"): a BOS
+    token (id ``vocab``, one past the table), then tokens drawn from the bigram table ``transitions``,
+    except that the token after a trigger (ids ``0 .. triggers-1``) repeats the token before the trigger.
+
+    A model predicts most tokens from the current one alone (the bigram, stored in its weights) and needs
+    attention only after a trigger, to look one token back. At every other query an attention head has
+    nothing to read, and the softmax must still put its weight somewhere: in trained models that is the
+    BOS token, an attention sink.
+
+    Returns ``(tokens, targets)``, each ``[batch_size, length]``: ``tokens[:, 0]`` is BOS and
+    ``targets[:, t]`` is the token after ``tokens[:, t]``; a target is a copy where ``tokens < triggers``.
+    """
+    batch_size, length = check_int("batch_size", batch_size), check_int("length", length, minimum=2)
+    vocab = transitions.shape[0]
+    if transitions.shape != (vocab, vocab):
+        raise ValueError(f"transitions must be square [vocab, vocab], got {tuple(transitions.shape)}")
+    cumulative = transitions.double().cumsum(1)
+    x = torch.empty(batch_size, length + 1, dtype=torch.long)
+    x[:, 0] = vocab  # BOS
+    x[:, 1] = torch.randint(triggers, vocab, (batch_size,), generator=generator)
+    for t in range(2, length + 1):
+        drawn = torch.rand(batch_size, 1, generator=generator, dtype=torch.float64)
+        following = torch.searchsorted(cumulative[x[:, t - 1]], drawn)[:, 0].clamp(max=vocab - 1)
+        x[:, t] = torch.where(x[:, t - 1] < triggers, x[:, t - 2], following)
+    return x[:, :-1], x[:, 1:]

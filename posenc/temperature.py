@@ -34,3 +34,26 @@ def attention_temperature(positions: torch.Tensor, *, floor_scale: float = 8192,
     scale = check_positive_float("scale", scale)
     steps = torch.floor((positions.to(torch.float32) + 1.0) / floor_scale)
     return torch.log1p(steps) * scale + 1.0
+
+
+def softmax_entropy(scores: torch.Tensor) -> torch.Tensor:
+    """Entropy (nats) of ``softmax(scores)`` over the last axis: ``[...]`` for scores ``[..., n]``."""
+    p = torch.softmax(scores, dim=-1)
+    return -(p * p.clamp_min(torch.finfo(p.dtype).tiny).log()).sum(-1)
+
+
+def holding_factor(scores: torch.Tensor, entropy: float, *, low: float = 1e-3, high: float = 100.0,
+                   steps: int = 60) -> float:
+    """The factor ``tau`` on the logits at which the mean entropy of ``softmax(tau * scores)`` over the
+    rows of ``scores`` ``[rows, n]`` equals ``entropy``, found by bisection (the entropy falls as ``tau``
+    grows). No closed form is assumed: for large n the sum of ``exp(tau * z)`` is dominated by its largest
+    terms, where the Gaussian estimate ``n * E[exp(tau * z)]`` no longer holds."""
+    if not softmax_entropy(high * scores).mean() < entropy < softmax_entropy(low * scores).mean():
+        raise ValueError(f"entropy={entropy} is not reached for tau in [{low}, {high}]")
+    for _ in range(steps):
+        middle = (low + high) / 2
+        if softmax_entropy(middle * scores).mean() > entropy:
+            low = middle
+        else:
+            high = middle
+    return (low + high) / 2

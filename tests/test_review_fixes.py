@@ -203,3 +203,23 @@ def test_token_range_check_can_be_switched_off():
     model.check_token_range = False
     with pytest.raises(IndexError):  # no friendly message then: the embedding lookup fails
         model(torch.tensor([[11]]))
+
+
+def test_holding_factor_reaches_the_entropy_it_is_asked_for():
+    # P5-m1: the factor that holds the entropy is found numerically; checked on scores whose entropy has
+    # a closed form: one key scoring 1 above n - 1 keys scoring 0
+    from posenc.temperature import holding_factor, softmax_entropy
+    n = 1000
+    scores = torch.zeros(1, n, dtype=torch.float64)
+    scores[0, 0] = 1.0
+
+    def closed_form(tau):
+        p = math.exp(tau) / (math.exp(tau) + n - 1)
+        return -p * math.log(p) - (1 - p) * math.log((1 - p) / (n - 1))
+
+    assert abs(float(softmax_entropy(torch.zeros(3, n, dtype=torch.float64))[0]) - math.log(n)) < 1e-12
+    for target in (1.0, 3.0, 6.0):
+        tau = holding_factor(scores, target)
+        assert abs(closed_form(tau) - target) < 1e-9
+    with pytest.raises(ValueError, match="not reached"):
+        holding_factor(scores, math.log(n) + 0.1)

@@ -28,18 +28,19 @@ highest control accuracy. A winner at an edge of the grid extends it by a factor
 
 from __future__ import annotations
 
+import copy
 import os
 import time
 from pathlib import Path
 
 import torch
 
-from .. import data, evaluate, tasks
+from .. import data, evaluate, probes, tasks
 from ..attention import POSITION_METHODS
 from ..stats import clopper_pearson, paired_family, t_interval
 from .common import (PROBES, distance_range, make_model, over_seeds, paired_seed_interval, positive_control,  # noqa: F401
-                     probe_batch, rank, retrieval, save_checkpoint, score_lengths, task_mixture, train_recorded,
-                     training_tokens)
+                     probe_batch, rank, retrieval, rounded, save_checkpoint, score_lengths, task_mixture,
+                     train_recorded, training_tokens)
 from .context_extension import extension_recipe
 
 _COMMON = dict(methods=list(POSITION_METHODS), decay="linear", weight_decay=0.01, max_bytes=4_000_000,
@@ -56,6 +57,14 @@ PRESETS = {
     "full": dict(_COMMON, dim=96, layers=3, heads=4, train_len=128, factors=[1, 2, 4, 8, 16], steps=3000,
                  batch=16, warmup=100, curriculum_steps=500, seeds=[0, 1, 2, 3, 4], lr_grid=[5e-4, 1e-3, 2e-3],
                  eval_tokens=65536, probe_rows=128, curve_bin=16),
+    # chapter 9: NoPE beside RoPE and ALiBi, 4 layers, with position probes (trained and untrained) and the
+    # first-token ratios of every head; NoPE's rate swept (its 3-layer best was the lowest rate to pass the
+    # control), RoPE and ALiBi at the rate the "full" sweep chose for them
+    "nope": dict(_COMMON, dim=96, layers=4, heads=4, train_len=128, factors=[1, 2, 4, 8], steps=3000,
+                 batch=16, warmup=100, curriculum_steps=500, seeds=[0, 1, 2, 3, 4],
+                 lr_grid={"none": [2.5e-4, 5e-4, 1e-3], "rope": [1e-3], "alibi": [1e-3]},
+                 methods=["none", "rope", "alibi"], eval_tokens=65536, probe_rows=128, curve_bin=16,
+                 position_probes=64),
     # for a CUDA device, about ten times the scale (review P3-M1): 164M tokens a run, half of them text,
     # from the pinned packages' sources (about 90 MB of training files; the 4.7 MB standard library would
     # be repeated some 17 times over by the text rows alone)
@@ -80,6 +89,13 @@ def _sweep_runs(runs: list[dict], config: dict, method: str) -> dict[float, dict
 MAX_EXTENSIONS = 2  # times a sweep may step past an edge of lr_grid
 
 
+def lr_grid(config: dict, method: str) -> list[float]:
+    """The rates to sweep for ``method``: ``config["lr_grid"]``, a list for every method or a dict of
+    lists by method (a method given one rate is not swept)."""
+    grid = config["lr_grid"]
+    return list(grid[method] if isinstance(grid, dict) else grid)
+
+
 def _winner(config: dict, sweep: dict, rates: list[float]) -> float:
     passed = [lr for lr in rates if sweep[lr]["development"]["control"] >= config["control_threshold"]]
     if passed:
@@ -92,7 +108,7 @@ def sweep_rates(config: dict, runs: list[dict], method: str) -> list[float]:
     edge wins (at most ``MAX_EXTENSIONS`` times), so that the winner sits inside what was tried; each
     extension waits until every rate before it has run. (A method that passes the control at no rate
     and does best at the lowest is tried lower, for instance.)"""
-    rates, sweep = sorted(config["lr_grid"]), _sweep_runs(runs, config, method)
+    rates, sweep = sorted(lr_grid(config, method)), _sweep_runs(runs, config, method)
     for _ in range(MAX_EXTENSIONS):
         if any(lr not in sweep for lr in rates):
             break
@@ -109,8 +125,8 @@ def sweep_rates(config: dict, runs: list[dict], method: str) -> list[float]:
 def best_lr(config: dict, runs: list[dict], method: str) -> float | None:
     """The sweep's winner for ``method`` (see the module docstring and ``sweep_rates``); ``None`` until
     every rate has run. A grid of one rate needs no sweep."""
-    if len(config["lr_grid"]) == 1:
-        return config["lr_grid"][0]
+    if len(lr_grid(config, method)) == 1:
+        return lr_grid(config, method)[0]
     rates, sweep = sweep_rates(config, runs, method), _sweep_runs(runs, config, method)
     if any(lr not in sweep for lr in rates):
         return None
@@ -119,7 +135,9 @@ def best_lr(config: dict, runs: list[dict], method: str) -> float | None:
 
 def next_run(config: dict, runs: list[dict]) -> dict | None:
     done = {(run["method"], run["seed"], run["lr"]) for run in runs}
-    for method in config["methods"] if len(config["lr_grid"]) > 1 else ():
+    for method in config["methods"]:
+        if len(lr_grid(config, method)) == 1:
+            continue
         for lr in sweep_rates(config, runs, method):
             if (method, config["sweep_seed"], lr) not in done:
                 return {"method": method, "seed": config["sweep_seed"], "lr": lr}
@@ -140,6 +158,7 @@ def run(config: dict, key: dict, checkpoint_dir: Path | None) -> dict:
     L = config["train_len"]
     torch.manual_seed(seed)
     model = build(method, config)
+    initial = copy.deepcopy(model) if config.get("position_probes") else None  # the untrained control
     load_before = os.getloadavg()[0]
     result = train_recorded(model, task_mixture(train_bytes, config, config["batch"], L), config, lr=lr, seed=seed)
     result["train_tokens"] = training_tokens(config, L)
@@ -164,6 +183,8 @@ def run(config: dict, key: dict, checkpoint_dir: Path | None) -> dict:
     result["retrieval"] = retrieval(model, validation, config, factors)
     result.update(score_lengths(model, validation, config, lengths, curve_length=lengths[-1], truncate=L,
                                 bos=tasks.BOS, context_use=True))
+    if initial is not None:
+        result["probes"] = position_readings(model, initial, validation, config)
     if method == "rope":
         weights = model.state_dict()
         result["rope_extensions"] = {}
@@ -179,6 +200,24 @@ def run(config: dict, key: dict, checkpoint_dir: Path | None) -> dict:
             result["rope_extensions"][name] = entry
     result["evaluation_seconds"] = time.perf_counter() - start
     return result
+
+
+def position_readings(model, initial, validation: torch.Tensor, config: dict) -> dict:
+    """Chapter 9's readings on ``position_probes`` windows of L (BOS first, as in training): linear and
+    MLP probes of position at every layer for the trained model and for ``initial`` (the same model
+    before training), each head's first-token ratio (``probes.first_token_ratio``), and the perplexity
+    at L with the BOS token left out (the first byte of text at position 0)."""
+    L = config["train_len"]
+    starts = evaluate.window_starts(validation.numel(), L, config["position_probes"])
+    text = validation[starts[:, None] + torch.arange(L - 1)]
+    windows = torch.cat([torch.full((len(text), 1), tasks.BOS), text], dim=1)
+    losses = evaluate.token_losses(model, validation, L, n_windows=config["eval_tokens"] // L)
+    return {"trained": probes.position_probes(model, windows, skip=1),
+            "untrained": probes.position_probes(initial, windows, skip=1),
+            "first_token_ratio": [rounded(layer, 3) for layer in probes.first_token_ratio(model, windows)],
+            "untrained_first_token_ratio": [rounded(layer, 3)
+                                            for layer in probes.first_token_ratio(initial, windows)],
+            "perplexity_without_bos": round(float(losses.double().mean().exp()), 5)}
 
 
 # ---- reading a record ----------------------------------------------------------------------------------

@@ -291,3 +291,29 @@ def curve_excess(record: dict, method: str) -> list[float]:
     """Bin by bin, ``method``'s per-position loss reading the whole longest window minus its truncated
     reading of the same bytes, each averaged over seeds: below zero where reading beyond L helps."""
     return [a - b for a, b in zip(mean_curve(record, method), mean_curve(record, method + TRUNCATED))]
+
+
+def chunk_halves(record: dict, method: str, first: int, last: int) -> dict[int, tuple[float, float]]:
+    """``{seed: (first halves, second halves)}``: in the positions ``first .. last - 1`` (whole chunks of
+    ``config["window"]`` tokens), the mean per-position loss over the first half of each chunk and over
+    the second half, from ``method``'s curve at the longest length (bins of ``curve_bin``). A chunked layer gives the first query of a
+    chunk one key and the last one a whole chunk, so it makes the first halves harder; a temperature
+    that steps once per chunk is the same for both halves and cannot."""
+    config = record["config"]
+    chunk, width = config["window"], config["curve_bin"]
+    if chunk % (2 * width) or first % chunk or last % chunk:
+        raise ValueError(f"first={first} and last={last} must be multiples of the chunk {chunk}, and the chunk "
+                         f"a multiple of twice the curve's bin {width}")
+    out = {}
+    for run in seed_runs(record):
+        if run["method"] != method:
+            continue
+        halves = [0.0, 0.0]
+        for start in range(first, last, chunk):
+            for half in (0, 1):
+                lo = (start + half * chunk // 2) // width
+                bins = run["curve"][lo:lo + chunk // 2 // width]
+                halves[half] += sum(bins) / len(bins)
+        chunks = (last - first) // chunk
+        out[run["seed"]] = (halves[0] / chunks, halves[1] / chunks)
+    return out
