@@ -236,13 +236,15 @@ def table(record: dict, rows, lengths) -> dict:
     return out
 
 
-def paired(record: dict, row_a: str, row_b: str, length: int) -> tuple[float, float, float]:
+def paired(record: dict, row_a: str, row_b: str, length: int, *,
+           leave_out: tuple[int, ...] = ()) -> tuple[float, float, float]:
     """95% t-interval of the per-seed perplexity difference ``row_a - row_b`` at ``length`` (every
-    method sees the same batches for a seed, so the seed pairs them)."""
+    method sees the same batches for a seed, so the seed pairs them); ``leave_out``: seeds left out
+    (the seed that chose the learning rates, say)."""
     L = record["config"]["train_len"]
     (method_a, path_a), (method_b, path_b) = (perplexity_path(row, length, L) for row in (row_a, row_b))
-    return paired_seed_interval(record, path_a, path_b, method_a=method_a, method_b=method_b,
-                                runs=seed_runs(record))
+    runs = [run for run in seed_runs(record) if run["seed"] not in leave_out]
+    return paired_seed_interval(record, path_a, path_b, method_a=method_a, method_b=method_b, runs=runs)
 
 
 def mean_curve(record: dict, row: str) -> list[float]:
