@@ -51,3 +51,28 @@ def test_passkey_summary_skips_missing_lengths_and_parts(record):
 def test_curve_excess_is_whole_minus_truncated_over_seeds(record):
     # whole: mean of (1, 2) and (3, 4) = (2, 3); truncated: mean of (1, 1) and (1, 2) = (1, 1.5)
     assert h2h.curve_excess(record, "a") == pytest.approx([1.0, 1.5])
+
+
+def test_chunk_halves_reads_the_first_and_second_half_of_each_chunk():
+    # chunks of 4 tokens, bins of 2: a curve over 8 positions is 4 bins, two chunks of (first, second)
+    config = {"methods": ["a"], "train_len": 4, "lr_grid": [1e-3], "seeds": [0, 1], "window": 4, "curve_bin": 2}
+    ppl = {"4": {"perplexity": 2.0}}
+    runs = [{"method": "a", "seed": 0, "lr": 1e-3, "perplexity": ppl, "curve": [5.0, 1.0, 3.0, 2.0]},
+            {"method": "a", "seed": 1, "lr": 1e-3, "perplexity": ppl, "curve": [1.0, 1.0, 1.0, 1.0]}]
+    record = {"config": config, "runs": runs}
+    halves = h2h.chunk_halves(record, "a", 0, 8)
+    assert halves[0] == pytest.approx((4.0, 1.5)) and halves[1] == pytest.approx((1.0, 1.0))
+    assert h2h.chunk_halves(record, "a", 4, 8)[0] == pytest.approx((3.0, 2.0))
+    with pytest.raises(ValueError, match="multiples of the chunk"):
+        h2h.chunk_halves(record, "a", 2, 8)
+
+
+def test_paired_can_leave_out_a_seed():
+    config = {"methods": ["a", "b"], "train_len": 4, "lr_grid": [1e-3], "seeds": [0, 1, 2]}
+    runs = [{"method": m, "seed": s, "lr": 1e-3, "perplexity": {"4": {"perplexity": value}}}
+            for m, s, value in (("a", 0, 3.0), ("b", 0, 1.0), ("a", 1, 2.0), ("b", 1, 1.5),
+                                ("a", 2, 2.0), ("b", 2, 1.0))]
+    record = {"config": config, "runs": runs}
+    # differences 2.0, 0.5, 1.0: mean 7/6; without seed 0: 0.5, 1.0, mean 0.75
+    assert h2h.paired(record, "a", "b", 4)[0] == pytest.approx(7 / 6)
+    assert h2h.paired(record, "a", "b", 4, leave_out=(0,))[0] == pytest.approx(0.75)
