@@ -13,7 +13,8 @@ curriculum that grows the tasks' span from L/4 to L. Then, per method and seed:
 - **Retrieval by source distance** (``"retrieval"``): copy and passkey accuracy at each length fL with
   the source between fL/2 and fL back (within L for f = 1), and associative recall over the whole
   window; zero-shot, and read through the last L tokens only (``"truncated"``: the negative control, at
-  chance beyond L). RoPE is also read with YaRN and dynamic NTK at each length.
+  chance beyond L). RoPE is also read with YaRN and dynamic NTK at each length (unless the preset sets
+  ``rope_extensions`` to False).
 - **Language modelling**: perplexity at each length and its truncated reading, the per-position curve,
   LongPPL's long-short difference (``evaluate.long_short_difference``) and Olsson et al.'s in-context
   learning score at L.
@@ -64,7 +65,7 @@ PRESETS = {
                  batch=16, warmup=100, curriculum_steps=500, seeds=[0, 1, 2, 3, 4],
                  lr_grid={"none": [2.5e-4, 5e-4, 1e-3], "rope": [1e-3], "alibi": [1e-3]},
                  methods=["none", "rope", "alibi"], eval_tokens=65536, probe_rows=128, curve_bin=16,
-                 position_probes=64),
+                 position_probes=64, rope_extensions=False),
     # for a CUDA device, about ten times the scale (review P3-M1): 164M tokens a run, half of them text,
     # from the pinned packages' sources (about 90 MB of training files; the 4.7 MB standard library would
     # be repeated some 17 times over by the text rows alone)
@@ -185,7 +186,7 @@ def run(config: dict, key: dict, checkpoint_dir: Path | None) -> dict:
                                 bos=tasks.BOS, context_use=True))
     if initial is not None:
         result["probes"] = position_readings(model, initial, validation, config)
-    if method == "rope":
+    if method == "rope" and config.get("rope_extensions", True):
         weights = model.state_dict()
         result["rope_extensions"] = {}
         for name in ROPE_EXTENSIONS:
