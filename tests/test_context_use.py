@@ -303,3 +303,31 @@ def test_training_tokens_count_the_short_windows_of_the_curriculum():
     config = ce.PRESETS["tasks"]  # 5 phases of 400 steps from 32 bytes, then 1,500 steps at 512, batch 16
     assert training_tokens(config, 512) == 16 * (400 * (32 + 64 + 128 + 256 + 512) + 1500 * 512)
     assert training_tokens(cu.PRESETS["full"], 128) == 3000 * 16 * 128  # full windows throughout
+
+
+def test_chapter_9_probe_readers_by_hand():
+    config = {"methods": ["none", "rope"], "lr_grid": [1e-3], "seeds": [0, 1], "sweep_seed": 100,
+              "train_len": 4, "control_threshold": 0.9}
+
+    def run(method, seed, trained, untrained, ratio, without_bos, ppl):
+        probes = {"trained": {"position": {"linear": trained}}, "untrained": {"position": {"linear": untrained}},
+                  "first_token_ratio": ratio, "untrained_first_token_ratio": [[1.0]],
+                  "perplexity_without_bos": without_bos}
+        return {"method": method, "seed": seed, "lr": 1e-3, "positive_control": {"accuracy": 1.0},
+                "perplexity": {"4": {"perplexity": ppl}}, "probes": probes}
+
+    record = {"config": config, "runs": [
+        run("none", 0, [0.0, 0.5], [0.0, 0.2], [[2.0]], 11.0, 10.0),
+        run("none", 1, [0.0, 0.7], [0.0, 0.2], [[4.0]], 12.0, 10.0),
+        run("rope", 0, [0.0, 0.1], [0.0, 0.2], [[1.0]], 10.0, 10.0),
+        run("rope", 1, [0.0, 0.1], [0.0, 0.2], [[1.0]], 10.0, 10.0)]}
+    table = cu.probe_table(record)
+    assert table["none"][1][0] == pytest.approx(0.6) and table["rope"][1][0] == pytest.approx(0.1)
+    assert cu.probe_table(record, part="untrained")["none"][1][0] == pytest.approx(0.2)
+    gain = cu.probe_gain(record, "none")
+    assert gain[1][0] == pytest.approx(0.4) and gain[0][0] == 0.0
+    assert cu.probe_gain(record, "rope")[1][0] == pytest.approx(-0.1)
+    assert cu.first_token_ratios(record, "none") == [[[2.0, 4.0]]]
+    # without BOS: +10% and +20% for none, 0% for rope
+    dependence = cu.bos_dependence(record)
+    assert dependence["none"][0] == pytest.approx(15.0) and dependence["rope"][0] == pytest.approx(0.0)

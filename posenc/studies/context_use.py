@@ -38,7 +38,7 @@ import torch
 
 from .. import data, evaluate, probes, tasks
 from ..attention import POSITION_METHODS
-from ..stats import clopper_pearson, paired_family, t_interval
+from ..stats import clopper_pearson, paired_family, paired_interval, t_interval
 from .common import (PROBES, distance_range, make_model, over_seeds, paired_seed_interval, positive_control,  # noqa: F401
                      probe_batch, rank, retrieval, rounded, save_checkpoint, score_lengths, task_mixture,
                      train_recorded, training_tokens)
@@ -388,3 +388,53 @@ def mean_curve(record: dict, method: str, truncated: bool = False) -> list[float
     if not curves:
         return None
     return [sum(values) / len(curves) for values in zip(*curves)]
+
+
+# ---- chapter 9: position probes and the first token (the "nope" preset) --------------------------------
+
+def probe_table(record: dict, part: str = "trained", probe: str = "linear", target: str = "position") -> dict:
+    """``{method: [(mean, low, high) per layer]}``: the 95% t-interval over seeds of the held-out probe R²
+    (``part`` ``"trained"`` or ``"untrained"``, ``probe`` ``"linear"`` or ``"mlp"``, ``target`` a key of
+    ``posenc.probes.TARGETS``) at each layer, layer 0 being the embeddings."""
+    out = {}
+    for method in record["config"]["methods"]:
+        runs = [run for run in seed_runs(record) if run["method"] == method and "probes" in run]
+        if runs:
+            layers = zip(*(run["probes"][part][target][probe] for run in runs))
+            out[method] = [t_interval(list(values)) for values in layers]
+    return out
+
+
+def probe_gain(record: dict, method: str, probe: str = "linear", target: str = "position") -> list:
+    """Per layer, the 95% t-interval of the per-seed R² of the trained model minus that of the same model
+    before training (the untrained control, same seed): what training added."""
+    runs = [run for run in seed_runs(record) if run["method"] == method and "probes" in run]
+    out = []
+    for layer in range(len(runs[0]["probes"]["trained"][target][probe])):
+        trained = {run["seed"]: run["probes"]["trained"][target][probe][layer] for run in runs}
+        untrained = {run["seed"]: run["probes"]["untrained"][target][probe][layer] for run in runs}
+        out.append(paired_interval(trained, untrained))
+    return out
+
+
+def first_token_ratios(record: dict, method: str, part: str = "first_token_ratio") -> list[list[list[float]]]:
+    """``[layer][head]`` -> the per-seed first-token ratios (``probes.first_token_ratio``: 1 for even
+    attention, far above 1 for a sink), in seed order; ``part="untrained_first_token_ratio"`` for the
+    models before training."""
+    runs = sorted((run for run in seed_runs(record) if run["method"] == method and "probes" in run),
+                  key=lambda run: run["seed"])
+    layers = runs[0]["probes"][part]
+    return [[[run["probes"][part][layer][head] for run in runs] for head in range(len(layers[layer]))]
+            for layer in range(len(layers))]
+
+
+def bos_dependence(record: dict) -> dict:
+    """``{method: (mean, low, high)}``: the 95% t-interval over seeds of the per cent change in perplexity
+    at L when the BOS token is left out (``100 * (without / with - 1)``)."""
+    L, out = str(record["config"]["train_len"]), {}
+    for method in record["config"]["methods"]:
+        runs = [run for run in seed_runs(record) if run["method"] == method and "probes" in run]
+        if runs:
+            out[method] = t_interval([100 * (run["probes"]["perplexity_without_bos"]
+                                             / run["perplexity"][L]["perplexity"] - 1) for run in runs])
+    return out
