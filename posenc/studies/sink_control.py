@@ -46,9 +46,9 @@ PRESETS = {
     "tiny": dict(_COMMON, vocab=16, triggers=2, dim=16, layers=1, heads=2, train_len=16, steps=6, batch=4,
                  seeds=[0], stream_factor=2, streams=2, probe_rows=8),
     # a chapter's live run: one seed of plain RoPE
-    "ci": dict(_COMMON, dim=64, layers=2, heads=2, train_len=64, steps=2000, batch=64, seeds=[0],
+    "ci": dict(_COMMON, dim=64, layers=2, heads=2, train_len=64, steps=1500, batch=32, seeds=[0],
                methods=["rope"], stream_factor=4, streams=8, probe_rows=64),
-    "full": dict(_COMMON, dim=64, layers=2, heads=2, train_len=64, steps=8000, batch=64, seeds=[0, 1, 2, 3, 4],
+    "full": dict(_COMMON, dim=64, layers=2, heads=2, train_len=64, steps=6000, batch=32, seeds=[0, 1, 2, 3, 4],
                  stream_factor=8, streams=16, probe_rows=128),
 }
 
