@@ -57,3 +57,23 @@ def test_tiny_study_records_shares_sinks_gates_and_streams(tmp_path):
     L = CONFIG["train_len"]
     assert runs["rope"]["uniform_share"] == pytest.approx(
         sum(1 / i for i in range(CONFIG["skip"] + 1, L + 1)) / (L - CONFIG["skip"]), abs=1e-5)
+
+
+def test_readers_by_hand():
+    def run(kind, seed, dormant, copy_rolling):
+        stream = {name: {"within L": 1.0, "copy": 0.1, "bigram": 1.5} for name in sc.READINGS}
+        stream["rolling, no BOS"] = {"within L": 1.0, "copy": copy_rolling, "bigram": 1.5}
+        stream["optimal"] = {"copy": 0.0, "bigram": 1.4}
+        return {"method": kind, "seed": seed, "first_token": {"dormant": [[dormant, 0.0]], "active": [[0.0, 0.0]]},
+                "stream": stream}
+
+    record = {"runs": [run("rope", 0, 0.6, 0.3), run("rope", 1, 0.8, 0.5)]}
+    table = sc.share_table(record, "rope")
+    assert table[0][0][0] == pytest.approx(0.7) and table[0][1][0] == 0.0
+    streams = sc.stream_table(record, "rope")
+    assert streams["rolling, no BOS"]["copy"][0] == pytest.approx(0.4)
+    assert streams["optimal"]["bigram"][0] == pytest.approx(1.4)
+    # per seed 0.3 - 0.1 and 0.5 - 0.1: mean 0.3
+    assert sc.paired_readings(record, "rope", "rolling, no BOS", "rolling, BOS kept", "copy")[0] == pytest.approx(0.3)
+    with pytest.raises(ValueError, match="no runs of 'gated'"):
+        sc.share_table(record, "gated")

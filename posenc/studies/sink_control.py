@@ -34,6 +34,7 @@ from .. import evaluate, tasks
 from ..model import TransformerLM
 from ..plan import LayerSpec
 from ..train import TrainConfig, train_model
+from ..stats import paired_interval, t_interval
 from .common import next_run_by_seed, rank, rounded
 
 KINDS = {"rope": LayerSpec("rope"), "rope with learned sinks": LayerSpec("rope", sinks=True),
@@ -159,3 +160,39 @@ def run(config: dict, key: dict, checkpoint_dir: Path | None) -> dict:
                                   "bigram": round(float(beyond[~copy].mean()), 4)}
     result["seconds"] = time.perf_counter() - start
     return result
+
+
+# ---- reading a record (chapter 15): intervals over seeds ----------------------------------------------
+
+def _runs(record: dict, kind: str) -> list[dict]:
+    runs = sorted((run for run in record["runs"] if run["method"] == kind), key=lambda run: run["seed"])
+    if not runs:
+        raise ValueError(f"no runs of {kind!r} in the record; it has {sorted({r['method'] for r in record['runs']})}")
+    return runs
+
+
+def share_table(record: dict, kind: str, queries: str = "dormant") -> list[list[tuple[float, float, float]]]:
+    """``[layer][head]`` -> the 95% t-interval over seeds of the weight on token 0 at ``queries``
+    (``"dormant"`` or ``"active"``)."""
+    runs = _runs(record, kind)
+    shares = [run["first_token"][queries] for run in runs]
+    return [[t_interval([s[layer][head] for s in shares]) for head in range(len(shares[0][layer]))]
+            for layer in range(len(shares[0]))]
+
+
+def stream_table(record: dict, kind: str) -> dict:
+    """``{reading: {"within L", "copy", "bigram"} -> (mean, low, high)}``: mean loss (nats per token) of
+    each reading over seeds, within L and beyond it by kind of target; ``"optimal"`` has the loss a model
+    that knows the table would have beyond L."""
+    runs = _runs(record, kind)
+    return {reading: {part: t_interval([run["stream"][reading][part] for run in runs])
+                      for part in runs[0]["stream"][reading]}
+            for reading in ("optimal", *READINGS)}
+
+
+def paired_readings(record: dict, kind: str, a: str, b: str, part: str) -> tuple[float, float, float]:
+    """95% t-interval over seeds of reading ``a`` minus reading ``b`` (same model, same streams), for the
+    targets ``part`` (``"copy"``, ``"bigram"`` or ``"within L"``)."""
+    runs = _runs(record, kind)
+    return paired_interval({run["seed"]: run["stream"][a][part] for run in runs},
+                           {run["seed"]: run["stream"][b][part] for run in runs})
