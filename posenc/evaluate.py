@@ -207,13 +207,15 @@ def position_curve(losses: torch.Tensor, bin_size: int = 1) -> list[float]:
 
 @torch.no_grad()
 def streaming_token_losses(model: torch.nn.Module, data: torch.Tensor, length: int, *, sink_tokens: int,
-                           window: int, n_windows: int | None = None, span: int | None = None) -> torch.Tensor:
+                           window: int, n_windows: int | None = None, span: int | None = None,
+                           bos: int | None = None) -> torch.Tensor:
     """``token_losses`` on the same windows, decoded one token at a time through a rolling KV cache.
 
     The model (a causal ``TransformerLM``) keeps the first ``sink_tokens`` tokens and the last ``window``
     of every window in its cache (``model.new_cache(sink_tokens=..., window=...)``) and never sees a
     position beyond ``sink_tokens + window - 1``; ``sink_tokens=0`` is plain eviction of the oldest
-    tokens. All windows are decoded together as one batch.
+    tokens. All windows are decoded together as one batch. With ``bos``, every window is read after that
+    token, as ``token_losses`` reads it (with ``sink_tokens >= 1`` the cache keeps it).
 
     Returns:
         float32 ``[windows, length]``, aligned with ``token_losses(model, data, length, ...)``.
@@ -222,6 +224,8 @@ def streaming_token_losses(model: torch.nn.Module, data: torch.Tensor, length: i
     starts = window_starts(data.numel(), length, n_windows, span=span)
     device = next(model.parameters()).device
     windows = _windows(data, starts, length).to(device)
+    if bos is not None:  # read [bos, x_0 .. x_{length-2}], predict x_0 .. x_{length-1}
+        windows = torch.cat([torch.full_like(windows[:, :1], bos), windows[:, :-1]], dim=1)
     model.eval()
     cache = model.new_cache(sink_tokens=sink_tokens, window=window)
     losses = []

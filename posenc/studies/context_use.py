@@ -218,7 +218,30 @@ def position_readings(model, initial, validation: torch.Tensor, config: dict) ->
             "first_token_ratio": [rounded(layer, 3) for layer in probes.first_token_ratio(model, windows)],
             "untrained_first_token_ratio": [rounded(layer, 3)
                                             for layer in probes.first_token_ratio(initial, windows)],
-            "perplexity_without_bos": round(float(losses.double().mean().exp()), 5)}
+            "perplexity_without_bos": round(float(losses.double().mean().exp()), 5),
+            "stream": bos_stream(model, validation, config)}
+
+
+STREAM_FACTOR, STREAMS = 4, 8  # chapter 15's reading of the chapter 9 models: 8 streams of 4L, BOS first
+
+
+def bos_stream(model, validation: torch.Tensor, config: dict) -> dict:
+    """Mean loss beyond L of ``STREAMS`` streams of ``STREAM_FACTOR * L`` tokens read after a BOS token, four
+    ways: ``dense`` (all at once), ``recomputed`` (each token from BOS and its last L - 1 tokens),
+    ``rolling, BOS kept`` (a KV cache of BOS and the last L - 1 tokens, StreamingLLM's sink) and
+    ``rolling, no BOS`` (the last L tokens: BOS evicted once the stream passes L)."""
+    L = config["train_len"]
+    length, bos = STREAM_FACTOR * L, tasks.BOS
+    where = dict(n_windows=STREAMS, span=length)
+    readings = {
+        "dense": evaluate.token_losses(model, validation, length, bos=bos, batch_size=4, **where),
+        "recomputed": evaluate.truncated_token_losses(model, validation, length, L, stride=1, bos=bos,
+                                                      batch_size=64, **where),
+        "rolling, BOS kept": evaluate.streaming_token_losses(model, validation, length, sink_tokens=1,
+                                                             window=L - 1, bos=bos, **where),
+        "rolling, no BOS": evaluate.streaming_token_losses(model, validation, length, sink_tokens=0,
+                                                           window=L, bos=bos, **where)}
+    return {name: round(float(losses[:, L:].double().mean()), 5) for name, losses in readings.items()}
 
 
 # ---- reading a record ----------------------------------------------------------------------------------
