@@ -228,3 +228,22 @@ def test_bootstrap_groups_windows_of_one_span():
     assert perplexity_summary(losses, group=2)["perplexity"] == pytest.approx(math.exp(2.0))
     with pytest.raises(ValueError, match="groups of 3"):
         perplexity_summary(losses, group=3)
+
+
+def test_streaming_with_bos_matches_the_bos_readings_of_a_one_layer_model():
+    # one layer: a rolling cache that keeps BOS and L - 1 tokens computes what a fresh pass over BOS and
+    # the last L - 1 tokens computes (truncated_token_losses with bos), and within L what token_losses does
+    from posenc import evaluate, tasks
+    torch.manual_seed(0)
+    model = TransformerLM(256, 16, 1, 2, position="rope").eval()
+    stream = torch.randint(0, 256, (3000,), generator=torch.Generator().manual_seed(1))
+    L = 16
+    rolling = evaluate.streaming_token_losses(model, stream, 4 * L, sink_tokens=1, window=L - 1, bos=tasks.BOS,
+                                              n_windows=3)
+    dense = evaluate.token_losses(model, stream, 4 * L, bos=tasks.BOS, n_windows=3)
+    fresh = evaluate.truncated_token_losses(model, stream, 4 * L, L, stride=1, bos=tasks.BOS, n_windows=3)
+    torch.testing.assert_close(rolling[:, :L], dense[:, :L], rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(rolling, fresh, rtol=1e-4, atol=1e-5)
+    evicted = evaluate.streaming_token_losses(model, stream, 4 * L, sink_tokens=0, window=L, bos=tasks.BOS,
+                                              n_windows=3)
+    assert (evicted[:, L + 1:] - rolling[:, L + 1:]).abs().max() > 1e-4  # once BOS is gone, they differ
