@@ -331,3 +331,16 @@ def test_chapter_9_probe_readers_by_hand():
     # without BOS: +10% and +20% for none, 0% for rope
     dependence = cu.bos_dependence(record)
     assert dependence["none"][0] == pytest.approx(15.0) and dependence["rope"][0] == pytest.approx(0.0)
+
+
+def test_bos_stream_readers_by_hand():
+    import math
+    config = {"methods": ["alibi"], "lr_grid": [1e-3], "seeds": [0, 1], "sweep_seed": 100, "train_len": 4}
+    runs = [{"method": "alibi", "seed": seed, "lr": 1e-3,
+             "probes": {"stream": {"recomputed": 1.0, "rolling, no BOS": 1.0 + extra}}}
+            for seed, extra in ((0, math.log(1.2)), (1, math.log(1.4)))]
+    record = {"config": config, "runs": runs}
+    table = cu.bos_stream_table(record)
+    assert table["alibi"]["recomputed"][0] == pytest.approx(math.e)
+    # +20% and +40%: mean +30%
+    assert cu.bos_stream_paired(record, "alibi", "rolling, no BOS", "recomputed")[0] == pytest.approx(30.0)

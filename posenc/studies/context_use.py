@@ -30,6 +30,7 @@ highest control accuracy. A winner at an edge of the grid extends it by a factor
 from __future__ import annotations
 
 import copy
+import math
 import os
 import time
 from pathlib import Path
@@ -461,3 +462,23 @@ def bos_dependence(record: dict) -> dict:
             out[method] = t_interval([100 * (run["probes"]["perplexity_without_bos"]
                                              / run["perplexity"][L]["perplexity"] - 1) for run in runs])
     return out
+
+
+def bos_stream_table(record: dict) -> dict:
+    """``{method: {reading: (mean, low, high)}}``: the 95% t-interval over seeds of each ``bos_stream``
+    reading's perplexity beyond L (``exp`` of the mean loss per token)."""
+    out = {}
+    for method in record["config"]["methods"]:
+        runs = [run for run in seed_runs(record) if run["method"] == method and "stream" in run.get("probes", {})]
+        if runs:
+            out[method] = {reading: t_interval([math.exp(run["probes"]["stream"][reading]) for run in runs])
+                           for reading in runs[0]["probes"]["stream"]}
+    return out
+
+
+def bos_stream_paired(record: dict, method: str, a: str, b: str) -> tuple[float, float, float]:
+    """95% t-interval over seeds of the per cent difference in perplexity beyond L between two
+    ``bos_stream`` readings of the same model on the same streams, ``100 * (a / b - 1)``."""
+    runs = [run for run in seed_runs(record) if run["method"] == method and "stream" in run.get("probes", {})]
+    stream = {run["seed"]: run["probes"]["stream"] for run in runs}
+    return t_interval([100 * (math.exp(s[a] - s[b]) - 1) for s in stream.values()])
