@@ -344,3 +344,25 @@ def test_bos_stream_readers_by_hand():
     assert table["alibi"]["recomputed"][0] == pytest.approx(math.e)
     # +20% and +40%: mean +30%
     assert cu.bos_stream_paired(record, "alibi", "rolling, no BOS", "recomputed")[0] == pytest.approx(30.0)
+
+
+def test_position_readings_on_a_tiny_run():
+    # the nope preset's readings, end to end on the tiny preset: probes for the trained and the untrained
+    # model, head ratios, the perplexity without BOS and the four stream readings
+    from posenc import data
+    config = dict(cu.PRESETS["tiny"], position_probes=4)
+    torch.manual_seed(0)
+    model = cu.build("none", config)
+    initial = cu.build("none", config)
+    _, _, validation = data.stdlib_splits(config["max_bytes"])
+    readings = cu.position_readings(model, initial, validation, config)
+    layers = config["layers"] + 1  # the embeddings and every block
+    for part in ("trained", "untrained"):
+        for target in ("position", "log position"):
+            assert {len(readings[part][target][p]) for p in ("linear", "mlp")} == {layers}
+    assert len(readings["first_token_ratio"]) == config["layers"]
+    assert len(readings["first_token_ratio"][0]) == config["heads"]
+    assert readings["perplexity_without_bos"] > 1
+    assert set(readings["stream"]) == {"dense", "recomputed", "rolling, BOS kept", "rolling, no BOS"}
+    # one layer: a cache that keeps BOS computes what re-reading BOS and the last L - 1 tokens computes
+    assert readings["stream"]["rolling, BOS kept"] == pytest.approx(readings["stream"]["recomputed"], abs=1e-4)
