@@ -7,7 +7,7 @@ import torch
 from posenc import data, tasks
 from posenc.experiments import run_study
 from posenc.studies import context_use as cu
-from posenc.studies.common import task_mixture, task_span
+from posenc.studies.common import copy_by_distance, task_mixture, task_span
 
 
 def sweep_run(method, lr, control, perplexity, config):
@@ -366,3 +366,46 @@ def test_position_readings_on_a_tiny_run():
     assert set(readings["stream"]) == {"dense", "recomputed", "rolling, BOS kept", "rolling, no BOS"}
     # one layer: a cache that keeps BOS computes what re-reading BOS and the last L - 1 tokens computes
     assert readings["stream"]["rolling, BOS kept"] == pytest.approx(readings["stream"]["recomputed"], abs=1e-4)
+
+
+def test_copy_by_distance_puts_each_bin_s_sources_inside_it():
+    config = dict(cu.PRESETS["hybrid"], probe_rows=32)
+    validation = torch.randint(0, 128, (20_000,))
+    seen = {}
+
+    class Spy(torch.nn.Module):  # records the rows it is asked to read; predicts nothing
+        def __init__(self):
+            super().__init__()
+            self.unused = torch.nn.Parameter(torch.zeros(1))
+
+        def forward(self, tokens):
+            first = (tokens >= tasks.COPY_SYMBOLS[0]).float().argmax(1)  # the block's first symbol
+            again = [int((row == row[i]).nonzero()[-1]) for row, i in zip(tokens, first)]
+            seen.setdefault(len(seen), torch.tensor(again) - first)
+            return torch.zeros(*tokens.shape, data.VOCAB_SIZE)
+
+    scores = copy_by_distance(Spy(), validation, config)
+    assert list(scores) == ["8-16", "17-32", "33-64", "65-119"]
+    for (low, high), distances in zip([(8, 16), (17, 32), (33, 64), (65, 119)], seen.values()):
+        assert low <= int(distances.min()) and int(distances.max()) <= high, (low, high, distances)
+        assert int(distances.max()) > (low + high) // 2  # drawn across the bin, not at one edge
+
+
+def test_hybrid_preset_builds_the_families_plans_at_each_window():
+    config = cu.PRESETS["hybrid"]
+    assert len(config["methods"]) == 7 and config["lr_grid"] == [1e-3]
+    local_global = cu.build("local RoPE + global NoPE, W 4", config).plan
+    assert [(spec.position, spec.window) for spec in local_global] == [("rope", 4)] * 3 + [("none", None)]
+    chunked = cu.build("chunked RoPE + NoPE with temperature, W 16", config).plan
+    assert [spec.chunk for spec in chunked] == [16, 16, 16, None]
+    assert [spec.window for spec in cu.build("local RoPE only, W 16", config).plan] == [16] * 4
+    same = {k: v for k, v in config.items() if k not in ("methods", "lr_grid", "position_probes", "distance_edges")}
+    assert same == {k: v for k, v in cu.PRESETS["nope"].items() if k in same}  # same batches as the nope runs
+
+
+def test_hybrid_tiny_records_copy_by_distance(tmp_path):
+    record = run_study("context_use", "hybrid-tiny", tmp_path / "h.json", log=lambda *a: None)
+    assert {run["method"] for run in record["runs"]} == set(cu.PRESETS["hybrid-tiny"]["methods"])
+    for run in record["runs"]:
+        assert set(run["copy_by_distance"]) == {"8-16", "17-32"}
+        assert 0 <= run["copy_by_distance"]["17-32"]["token_accuracy"] <= 1

@@ -320,16 +320,17 @@ def distance_range(config: dict, factor: int, task: str = "copy") -> tuple[int, 
     return factor * L // 2 + 1, factor * L - room
 
 
-def probe_batch(config: dict, validation: torch.Tensor, task: str, factor: int, seed: int = 0):
+def probe_batch(config: dict, validation: torch.Tensor, task: str, factor: int, seed: int = 0,
+                distances: tuple[int, int] | None = None):
     """``(tokens, targets)``: ``probe_rows`` rows of ``task`` at length ``factor * L``. A copy or a
-    passkey has its source at a distance drawn from ``distance_range`` and its answer at the end of the
-    window (so that a truncated reading holds it); an associative recall has its pairs anywhere in the
-    window and the queries at its end."""
+    passkey has its source at a distance drawn from ``distances`` (inclusive; default ``distance_range``)
+    and its answer at the end of the window (so that a truncated reading holds it); an associative recall
+    has its pairs anywhere in the window and the queries at its end."""
     n, rows = factor * config["train_len"], config["probe_rows"]
     generator = torch.Generator().manual_seed(seed)
     if task == "recall":
         return tasks.recall_task(validation, rows, n, pairs=config["pairs"], generator=generator)
-    low, high = distance_range(config, factor, task)
+    low, high = distances or distance_range(config, factor, task)
     distance = torch.randint(low, high + 1, (rows,), generator=generator)
     if task == "passkey":
         return tasks.passkey_task(validation, rows, n, distance=distance, generator=generator)
@@ -354,6 +355,18 @@ def retrieval(model, validation: torch.Tensor, config: dict, factors, *, truncat
             if truncate and factor > 1 and task != "recall":
                 out.setdefault(task + ", truncated", {})[str(factor * L)] = evaluate.task_scores(
                     model, tokens, targets, context=L, bos=tasks.BOS)
+    return out
+
+
+def copy_by_distance(model, validation: torch.Tensor, config: dict) -> dict:
+    """``{"low-high": scores}``: copy at length L with the source ``low`` to ``high`` tokens back, for each
+    bin between consecutive ``config["distance_edges"]`` (the first bin from the first edge, each next
+    from one past the edge before it); chapter 14 reads it against a plan's windows."""
+    edges, out = config["distance_edges"], {}
+    for i, (low, high) in enumerate(zip(edges, edges[1:])):
+        low += i > 0
+        tokens, targets = probe_batch(config, validation, "copy", 1, distances=(low, high))
+        out[f"{low}-{high}"] = evaluate.task_scores(model, tokens, targets)
     return out
 
 

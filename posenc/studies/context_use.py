@@ -40,10 +40,11 @@ import torch
 from .. import data, evaluate, probes, tasks
 from ..attention import POSITION_METHODS
 from ..stats import clopper_pearson, paired_family, paired_interval, t_interval
-from .common import (PROBES, distance_range, make_model, over_seeds, paired_seed_interval, positive_control,  # noqa: F401
+from .common import (PROBES, copy_by_distance, distance_range, make_model, over_seeds, paired_seed_interval, positive_control,  # noqa: F401
                      probe_batch, rank, retrieval, rounded, save_checkpoint, score_lengths, task_mixture,
                      train_recorded, training_tokens)
 from .context_extension import extension_recipe
+from .head_to_head import hybrid_plans
 
 _COMMON = dict(methods=list(POSITION_METHODS), decay="linear", weight_decay=0.01, max_bytes=4_000_000,
                mixture={"copy": 0.35, "recall": 0.15}, block=8, pairs=4, tasks_first=True, window_mean=True,
@@ -75,10 +76,37 @@ PRESETS = {
                 max_bytes=110_000_000, corpus="packages", eval_tokens=262144, probe_rows=256, curve_bin=64),
 }
 
+# chapter 14: the families' layer patterns (``head_to_head.hybrid_plans``) on the same mixture, at the
+# fractions of L that shipped models use for their windows and chunks (Gemma 3: 1,024 of 32k-128k, L/32 to
+# L/128; gpt-oss: 128 of 131k): L/8 for every family and L/32 for the two local-global ones. A method is
+# "<family>, W <window>"; "local RoPE only" is the negative control (no layer sees past the window, four
+# layers reach about 4W back). Same batches per seed as the "nope" preset, so its RoPE, NoPE and ALiBi
+# runs pair with these by seed; one rate (1e-3, what the 4-layer RoPE and ALiBi runs used), not swept.
+HYBRID_FAMILIES = {16: ("local RoPE only", "local RoPE + global NoPE", "local RoPE + global RoPE base 1e6",
+                        "chunked RoPE + NoPE with temperature", "local and full RoPE with sinks"),
+                   4: ("local RoPE + global NoPE", "local RoPE + global RoPE base 1e6")}
+WINDOW_MARK = ", W "
+
+
+def hybrid_method(family: str, window: int) -> str:
+    return f"{family}{WINDOW_MARK}{window}"
+
+
+PRESETS["hybrid"] = dict(
+    PRESETS["nope"], lr_grid=[1e-3], position_probes=0, distance_edges=[8, 16, 32, 64, 119],
+    methods=[hybrid_method(family, window) for window, families in HYBRID_FAMILIES.items() for family in families])
+PRESETS["hybrid-tiny"] = dict(PRESETS["tiny"], layers=2, lr_grid=[1e-3], distance_edges=[8, 16, 32],
+                              methods=[hybrid_method("local RoPE + global NoPE", 8), hybrid_method("local RoPE only", 8)])
+
 ROPE_EXTENSIONS = ("YaRN", "dynamic NTK")
 
 
 def build(method: str, config: dict, **options):
+    """The study's model: a position method, or a hybrid plan named ``"<family>, W <window>"``."""
+    if WINDOW_MARK in method:
+        family, _, window = method.rpartition(WINDOW_MARK)
+        plan = hybrid_plans(dict(config, window=int(window)))[family]
+        return make_model("none", config, data.VOCAB_SIZE, config["train_len"], plan=plan, **options)
     return make_model(method, config, data.VOCAB_SIZE, config["train_len"], **options)
 
 
@@ -183,6 +211,8 @@ def run(config: dict, key: dict, checkpoint_dir: Path | None) -> dict:
     lengths = [f * L for f in factors]
     result["positive_control"] = positive_control(model, validation, config)
     result["retrieval"] = retrieval(model, validation, config, factors)
+    if config.get("distance_edges"):
+        result["copy_by_distance"] = copy_by_distance(model, validation, config)
     result.update(score_lengths(model, validation, config, lengths, curve_length=lengths[-1], truncate=L,
                                 bos=tasks.BOS, context_use=True))
     if initial is not None:
