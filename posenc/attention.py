@@ -175,6 +175,12 @@ class MultiHeadAttention(Float32Buffers):
         """The attention layer a ``posenc.plan.LayerSpec`` describes."""
         if not isinstance(spec, LayerSpec):
             raise TypeError(f"spec must be a posenc.plan.LayerSpec, got {type(spec).__name__}")
+        if spec.mixer != "attention":
+            raise ValueError(f"MultiHeadAttention builds mixer='attention', got a LayerSpec with mixer={spec.mixer!r} "
+                             f"(TransformerLM builds every kind; posenc.model.MIXER_MODULES names the module)")
+        if spec.conv is not None:
+            raise ValueError("LayerSpec.conv is a posenc.conv.ShortConv before the layer, built by TransformerLM's "
+                             "Block, not by MultiHeadAttention: build it yourself or drop conv from the spec")
         rope = {}
         if spec.rope is not None:
             rope = dict(rope_base=spec.rope.base, rope_scaling=spec.rope.scaling, rope_interleaved=spec.rope.interleaved)

@@ -11,6 +11,8 @@ Cohere 2, gpt-oss and SmolLM3 (``posenc.plan.family_plan``).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -20,16 +22,28 @@ from .absolute import LearnedEncoding, SinusoidalEncoding
 from .attention import (ABSOLUTE_METHODS, POSITION_METHODS, KVCache, MultiHeadAttention, checked_positions,
                         joined_positions)
 from .cache import RollingLayerCache
+from .conv import ShortConv
+from .cope import CoPEAttention
+from .decay import DecayLayer
+from .forgetting import ForgettingAttention
 from .plan import LayerSpec, Rope, _checked_plan, describe_plan
 from .relative import T5RelativeBias
+from .stick_breaking import StickBreakingAttention
+
+
+# LayerSpec.mixer -> the module that builds it (``from_spec``)
+MIXER_MODULES = {"attention": MultiHeadAttention, "forgetting": ForgettingAttention,
+                 "stick_breaking": StickBreakingAttention, "cope": CoPEAttention, "decay": DecayLayer}
 
 
 class Block(nn.Module):
-    """Pre-LN transformer block: ``x + attn(ln(x))`` then ``x + mlp(ln(x))``."""
+    """Pre-LN transformer block: ``x + attn(ln(x))`` then ``x + mlp(ln(x))``; with ``conv`` (a width),
+    ``x + attn(h + conv(h))``, ``h = ln(x)``: a Canon layer before the token mixer (``posenc.conv``)."""
 
-    def __init__(self, dim: int, n_heads: int, mlp_ratio: int, attention: MultiHeadAttention):
+    def __init__(self, dim: int, n_heads: int, mlp_ratio: int, attention: nn.Module, conv: int | None = None):
         super().__init__()
         self.ln_attn, self.ln_mlp = nn.LayerNorm(dim), nn.LayerNorm(dim)
+        self.conv = None if conv is None else ShortConv(dim, conv)
         self.attn = attention
         self.mlp = nn.Sequential(nn.Linear(dim, mlp_ratio * dim), nn.GELU(), nn.Linear(mlp_ratio * dim, dim))
 
@@ -37,7 +51,13 @@ class Block(nn.Module):
                 rope_cos_sin=None) -> torch.Tensor:
         if self.attn.position != "rope":
             rope_cos_sin = None  # tables are for the RoPE layers of a plan; the others ignore them
-        x = x + self.attn(self.ln_attn(x), cache=cache, position_bias=position_bias, positions=positions,
+        h = self.ln_attn(x)
+        if self.conv is not None:
+            if cache is not None:
+                raise ValueError("a layer with LayerSpec.conv has no incremental decoding in posenc: call the "
+                                 "model on whole sequences (cache=None)")
+            h = self.conv(h)
+        x = x + self.attn(h, cache=cache, position_bias=position_bias, positions=positions,
                           rope_cos_sin=rope_cos_sin)
         return x + self.mlp(self.ln_mlp(x))
 
@@ -133,14 +153,19 @@ class TransformerLM(nn.Module):
         if any(spec.position == "t5" for spec in plan):
             t5_bias = T5RelativeBias(n_heads, bidirectional=not self.causal, num_buckets=t5_num_buckets,
                                      max_distance=t5_max_distance)
-        self.blocks = nn.ModuleList(
-            Block(dim, n_heads, mlp_ratio, MultiHeadAttention.from_spec(
-                dim, n_heads, spec, causal=self.causal, t5_bias=t5_bias if spec.position == "t5" else None))
-            for spec in plan)
+        self.blocks = nn.ModuleList(Block(dim, n_heads, mlp_ratio, self._mixer(dim, n_heads, spec, t5_bias),
+                                          conv=spec.conv) for spec in plan)
         self.ln_final = nn.LayerNorm(dim)
         self.head = nn.Linear(dim, vocab_size, bias=False)
         self.head.weight = self.token_embedding.weight  # tied input and output embeddings
         self.apply(self._init_weights)
+
+    def _mixer(self, dim: int, n_heads: int, spec: LayerSpec, t5_bias) -> nn.Module:
+        spec = replace(spec, conv=None)  # the block builds the convolution
+        if spec.mixer == "attention":
+            return MultiHeadAttention.from_spec(dim, n_heads, spec, causal=self.causal,
+                                                t5_bias=t5_bias if spec.position == "t5" else None)
+        return MIXER_MODULES[spec.mixer].from_spec(dim, n_heads, spec, causal=self.causal)
 
     @staticmethod
     def _init_weights(module: nn.Module) -> None:

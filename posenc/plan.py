@@ -51,6 +51,9 @@ from dataclasses import asdict, dataclass, field
 from ._validate import check_choice, check_int, check_positive_float
 
 ATTENTION_POSITIONS = ("none", "t5", "rope", "alibi")  # what can happen inside an attention layer
+# how a layer mixes tokens: softmax attention, or a layer that carries order itself (posenc.mixers)
+MIXERS = ("attention", "forgetting", "stick_breaking", "cope", "decay")
+DEFAULT_COPE_POSITIONS = 64
 
 
 @dataclass(frozen=True)
@@ -86,7 +89,8 @@ class LayerSpec:
     """One attention layer's handling of position.
 
     Args:
-        position: ``"none"`` (NoPE), ``"rope"``, ``"alibi"`` or ``"t5"``.
+        position: ``"none"`` (NoPE), ``"rope"``, ``"alibi"`` or ``"t5"``; default ``"rope"``, or ``"none"`` for a
+            ``mixer`` other than attention.
         rope: ``Rope`` settings when position is ``"rope"`` (default ``Rope()``); must be None otherwise.
         window: sliding window (each query sees itself and the ``window - 1`` tokens before it), or None.
         chunk: chunked local attention (Llama 4: attention restarts every ``chunk`` tokens), or None.
@@ -100,9 +104,18 @@ class LayerSpec:
         head_dim: the width of each head's queries, keys and values, when it is not ``dim / n_heads`` (Gemma 3,
             gpt-oss, Qwen3, Mistral Small 3 set it apart from the model width); None: ``dim // n_heads``. RoPE's
             frequencies and the default softmax scale are computed over it.
+        mixer: how the layer mixes tokens. ``"attention"`` (default): softmax attention with the fields
+            above. The others carry order themselves, with ``position="none"`` and none of the attention
+            fields: ``"forgetting"`` (FoX's forget gate, ``posenc.forgetting``), ``"stick_breaking"``
+            (``posenc.stick_breaking``), ``"cope"`` (contextual positions, ``posenc.cope``) and ``"decay"``
+            (gated linear attention with a data-dependent decay, ``posenc.decay``); ``gate`` applies to all.
+        conv: the width of a short causal depthwise convolution added to the layer's input before its mixer
+            (a Canon layer, ``posenc.conv``), or None.
+        cope_positions: for ``mixer="cope"``, how many contextual positions it learns (default
+            ``DEFAULT_COPE_POSITIONS``); None otherwise.
     """
 
-    position: str = "rope"
+    position: str | None = None  # default: "rope" for attention, "none" for the other mixers
     rope: Rope | None = None
     window: int | None = None
     chunk: int | None = None
@@ -111,8 +124,24 @@ class LayerSpec:
     gate: bool = False
     softmax_scale: float | None = None
     head_dim: int | None = None
+    mixer: str = "attention"
+    conv: int | None = None
+    cope_positions: int | None = None
 
     def __post_init__(self):
+        check_choice("LayerSpec.mixer", self.mixer, MIXERS)
+        if self.position is None:
+            object.__setattr__(self, "position", "rope" if self.mixer == "attention" else "none")
+        if self.conv is not None:
+            check_int("LayerSpec.conv", self.conv)
+        if self.mixer == "cope" and self.cope_positions is None:
+            object.__setattr__(self, "cope_positions", DEFAULT_COPE_POSITIONS)
+        if self.cope_positions is not None:
+            if self.mixer != "cope":
+                raise ValueError(f"LayerSpec.cope_positions is only for mixer='cope', got mixer={self.mixer!r}")
+            check_int("LayerSpec.cope_positions", self.cope_positions, minimum=2)
+        if self.mixer != "attention":
+            self._check_no_attention_fields()
         if self.position in ("sinusoidal", "learned"):
             raise ValueError(f"LayerSpec.position={self.position!r} is an absolute encoding, added to the token "
                              f"embeddings (TransformerLM's `absolute`), not inside a layer; use one of "
@@ -137,8 +166,23 @@ class LayerSpec:
         if self.head_dim is not None:
             check_int("LayerSpec.head_dim", self.head_dim)
 
+    def _check_no_attention_fields(self) -> None:
+        """A mixer other than softmax attention carries order itself: no position method, window, chunk,
+        temperature, sinks, softmax scale or head width (posenc builds none of them for it)."""
+        if self.position != "none":
+            raise ValueError(f"LayerSpec(mixer={self.mixer!r}) carries order itself: position must be 'none', "
+                             f"got {self.position!r}")
+        for name in ("window", "chunk", "temperature", "softmax_scale", "head_dim"):
+            if getattr(self, name) is not None:
+                raise ValueError(f"LayerSpec.{name} is for mixer='attention'; mixer={self.mixer!r} does not use it")
+        if self.sinks:
+            raise ValueError(f"LayerSpec.sinks is for mixer='attention'; mixer={self.mixer!r} does not use it")
+
     def describe(self) -> str:
         """One line, e.g. ``rope(base=10000, linear x8) window=32``."""
+        if self.mixer != "attention":
+            text = self.mixer + (f"(positions={self.cope_positions})" if self.cope_positions else "")
+            return text + (" gate" if self.gate else "") + (f" conv={self.conv}" if self.conv else "")
         text = self.position
         if self.rope is not None:
             scaling = self.rope.scaling or {}
@@ -165,6 +209,8 @@ class LayerSpec:
             text += f" softmax_scale={self.softmax_scale:.4g}"
         if self.head_dim is not None:
             text += f" head_dim={self.head_dim}"
+        if self.conv is not None:
+            text += f" conv={self.conv}"
         return text
 
 
