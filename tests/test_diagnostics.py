@@ -1,0 +1,68 @@
+"""The diagnostic tasks of issue 28, read back by hand: every scored answer recomputed from the tokens."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from posenc import diagnostics as d
+from posenc.tasks import BOS
+
+
+def _text(row) -> str:
+    return "".join(chr(int(t)) if t != BOS else "^" for t in row)
+
+
+def test_flip_flop_reads_return_the_last_written_bit():
+    tokens, targets = d.flip_flop(64, 81, generator=torch.Generator().manual_seed(0))
+    assert tokens.shape == (64, 81) and (tokens[:, 0] == BOS).all()
+    reads = 0
+    for row, target in zip(tokens, targets):
+        text, last = _text(row)[1:], None
+        assert text[0] == "w"
+        for k in range(0, 80, 2):
+            op, bit = text[k], text[k + 1]
+            assert op in "wri" and bit in "01"
+            if op == "w":
+                last = bit
+            scored = int(target[1 + k])
+            if op == "r":
+                assert bit == last and scored == ord(last)
+                reads += 1
+            else:
+                assert scored == -100
+        assert (target[2::2] == -100).all()  # bits are never targets of the bit before
+    assert 0.05 < reads / (64 * 40) < 0.15  # p_read = 0.1
+
+
+def test_selective_copy_repeats_the_scattered_symbols_in_order():
+    tokens, targets = d.selective_copy(16, 40, data=5, alphabet=4, generator=torch.Generator().manual_seed(1))
+    for row, target in zip(tokens, targets):
+        text = _text(row)
+        noisy, answer = text[1:].split("|")
+        assert noisy.replace(".", "") == answer and len(answer) == 5 and set(answer) <= set("abcd")
+        scored = [chr(int(t)) for t in target if t != -100]
+        assert "".join(scored) == answer and int((target != -100).nonzero()[0]) == text.index("|")
+
+
+def test_counting_answers_the_count_in_the_last_segment():
+    tokens, targets = d.counting(32, 60, alphabet=3, generator=torch.Generator().manual_seed(2))
+    for row, target in zip(tokens, targets):
+        text = _text(row)
+        body, query = text[:-3], text[-3:]
+        assert query[0] == "?" and body.endswith("|")
+        last = body[:-1].split("|")[-1]
+        assert 4 <= len(last) <= 9 and set(last) <= set("abc")
+        assert query[2] == str(last.count(query[1]))
+        assert [int(i) for i in (target != -100).nonzero()] == [58] and int(target[58]) == ord(query[2])
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: d.flip_flop(2, 10), "length must be odd"),
+    (lambda: d.flip_flop(2, 11, p_read=0.5, p_ignore=0.5), "p_read \\+ p_ignore"),
+    (lambda: d.selective_copy(2, 10, data=8), "length must be an integer >= 18"),
+    (lambda: d.counting(2, 30, segment=(4, 12)), "one digit"),
+])
+def test_bad_settings_name_the_argument(call, message):
+    with pytest.raises((ValueError, TypeError), match=message):
+        call()
