@@ -409,3 +409,16 @@ def test_hybrid_tiny_records_copy_by_distance(tmp_path):
     for run in record["runs"]:
         assert set(run["copy_by_distance"]) == {"8-16", "17-32"}
         assert 0 <= run["copy_by_distance"]["17-32"]["token_accuracy"] <= 1
+
+
+def test_mixers_preset_builds_each_layer_kind_and_records_the_readings(tmp_path):
+    config = cu.PRESETS["mixers"]
+    same = {k: v for k, v in config.items() if k not in ("methods", "lr_grid", "position_probes", "distance_edges")}
+    assert same == {k: v for k, v in cu.PRESETS["nope"].items() if k in same}  # pairs with the nope runs by seed
+    kinds = {method: [(s.mixer, s.position, s.conv) for s in cu.build(method, config).plan] for method in config["methods"]}
+    assert kinds["decay 3:1 attention"] == [("decay", "none", 4)] * 3 + [("attention", "none", None)]
+    assert kinds["none + conv"] == [("attention", "none", 4)] * 4
+    assert kinds["cope"] == [("cope", "none", None)] * 4 and cu.build("cope", config).plan[0].cope_positions == 128
+    record = run_study("context_use", "mixers-tiny", tmp_path / "m.json", log=lambda *a: None)
+    assert {run["method"] for run in record["runs"]} == set(config["methods"])
+    assert all(0 <= run["positive_control"]["accuracy"] <= 1 for run in record["runs"])

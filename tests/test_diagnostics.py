@@ -66,3 +66,21 @@ def test_counting_answers_the_count_in_the_last_segment():
 def test_bad_settings_name_the_argument(call, message):
     with pytest.raises((ValueError, TypeError), match=message):
         call()
+
+
+def test_the_tiny_study_scores_every_reading_and_reads_the_gates(tmp_path):
+    from posenc.experiments import run_study
+    from posenc.studies import diagnostics as study
+    record = run_study("diagnostics", "tiny", tmp_path / "d.json", log=lambda *a: None)
+    assert {(r["task"], r["method"]) for r in record["runs"]} == {
+        (t, m) for t in ("flip_flop", "counting") for m in ("rope", "fox")}
+    for run in record["runs"]:
+        assert set(run["scores"]) == ({"L", "2L", "sparse"} if run["task"] == "flip_flop" else {"L", "2L"})
+        assert ("effective_windows" in run) == (run["method"] == "fox")
+    fox = next(r for r in record["runs"] if r["method"] == "fox")
+    assert len(fox["effective_windows"]) == 2 and all(len(layer) == 2 for layer in fox["effective_windows"])
+    assert all(w >= 1 for layer in fox["effective_windows"] for w in layer)  # 1 / (1 - f) >= 1
+    sparse = study.task_batch(study.PRESETS["full"], "flip_flop", 256, 129, torch.Generator().manual_seed(0), True)[0]
+    ops = sparse[:, 3::2]  # after the first (always a write)
+    assert abs(float((ops == ord("i")).float().mean()) - 0.98) < 0.01  # Liu et al.'s sparse mix
+    assert abs(float((ops == ord("r")).float().mean()) - 0.01) < 0.005

@@ -14,6 +14,7 @@ import torch.distributed as dist
 from .. import data, evaluate, tasks
 from ..passkey import effective_length, passkey_grid, with_passkeys
 from ..model import TransformerLM
+from ..plan import LayerSpec, every_nth
 from ..train import TrainConfig, train_model
 from ..stats import paired_interval, t_interval
 
@@ -24,9 +25,32 @@ def rank() -> int:
 
 
 def make_model(method: str, config: dict, vocab_size: int, max_len: int, **options) -> TransformerLM:
-    """The study's ``TransformerLM`` for ``method`` (sizes from ``config``; ``options`` passed on)."""
+    """The study's ``TransformerLM`` for ``method`` (sizes from ``config``; ``options`` passed on); a method
+    of ``MIXER_METHODS`` is its ``mixer_plan``."""
+    if method in MIXER_METHODS:
+        plan = mixer_plan(method, config["layers"], config["train_len"])
+        return TransformerLM(vocab_size, config["dim"], config["layers"], config["heads"], position="none",
+                             max_len=max_len, plan=plan, **options)
     return TransformerLM(vocab_size, config["dim"], config["layers"], config["heads"], position=method,
                          max_len=max_len, **options)
+
+
+# issue 28's methods beside the encodings: layers that carry order themselves (posenc.mixers), as plans
+MIXER_METHODS = ("fox", "stick-breaking", "cope", "decay", "decay 3:1 attention", "none + conv")
+
+
+def mixer_plan(method: str, layers: int, train_len: int) -> list[LayerSpec]:
+    """The plan of a ``MIXER_METHODS`` method: FoX, stick-breaking or CoPE (``train_len`` contextual positions)
+    in every layer; decay layers with a width-4 convolution in every layer, or three of them to one
+    attention layer without position (``"decay 3:1 attention"``, the pattern of Qwen3-Next and Kimi Linear);
+    or attention without position after a width-4 convolution in every layer (``"none + conv"``, a Canon
+    layer)."""
+    if method == "decay 3:1 attention":
+        return every_nth(LayerSpec("none"), 4, otherwise=LayerSpec(mixer="decay", conv=4), n_layers=layers)
+    spec = {"fox": LayerSpec(mixer="forgetting"), "stick-breaking": LayerSpec(mixer="stick_breaking"),
+            "cope": LayerSpec(mixer="cope", cope_positions=train_len), "decay": LayerSpec(mixer="decay", conv=4),
+            "none + conv": LayerSpec("none", conv=4)}[method]
+    return [spec] * layers
 
 
 def save_checkpoint(model: torch.nn.Module, path: Path, meta: dict) -> None:

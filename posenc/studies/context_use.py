@@ -40,7 +40,7 @@ import torch
 from .. import data, evaluate, probes, tasks
 from ..attention import POSITION_METHODS
 from ..stats import clopper_pearson, paired_family, paired_interval, t_interval
-from .common import (PROBES, copy_by_distance, distance_range, make_model, over_seeds, paired_seed_interval, positive_control,  # noqa: F401
+from .common import (MIXER_METHODS, PROBES, copy_by_distance, distance_range, make_model, over_seeds, paired_seed_interval, positive_control,  # noqa: F401
                      probe_batch, rank, retrieval, rounded, save_checkpoint, score_lengths, task_mixture,
                      train_recorded, training_tokens)
 from .context_extension import extension_recipe
@@ -95,6 +95,11 @@ def hybrid_method(family: str, window: int) -> str:
 PRESETS["hybrid"] = dict(
     PRESETS["nope"], lr_grid=[1e-3], position_probes=0, distance_edges=[8, 16, 32, 64, 119],
     methods=[hybrid_method(family, window) for window, families in HYBRID_FAMILIES.items() for family in families])
+# chapter "position without an encoding" (issue 28): the layers of common.MIXER_METHODS on the same mixture,
+# batches and readings as the "nope" preset's RoPE, NoPE and ALiBi runs (which pair with these by seed)
+PRESETS["mixers"] = dict(PRESETS["nope"], lr_grid=[1e-3], position_probes=0, distance_edges=[8, 16, 32, 64, 119],
+                         methods=list(MIXER_METHODS))
+PRESETS["mixers-tiny"] = dict(PRESETS["tiny"], layers=2, lr_grid=[1e-3], methods=list(MIXER_METHODS))
 PRESETS["hybrid-tiny"] = dict(PRESETS["tiny"], layers=2, lr_grid=[1e-3], distance_edges=[8, 16, 32],
                               methods=[hybrid_method("local RoPE + global NoPE", 8), hybrid_method("local RoPE only", 8)])
 
