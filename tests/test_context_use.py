@@ -422,3 +422,31 @@ def test_mixers_preset_builds_each_layer_kind_and_records_the_readings(tmp_path)
     record = run_study("context_use", "mixers-tiny", tmp_path / "m.json", log=lambda *a: None)
     assert {run["method"] for run in record["runs"]} == set(config["methods"])
     assert all(0 <= run["positive_control"]["accuracy"] <= 1 for run in record["runs"])
+
+
+def _hybrid_record(values: dict, methods, lr=1e-3):
+    config = dict(cu.PRESETS["hybrid"], methods=list(methods), factors=[1, 2])
+    runs = []
+    for (method, seed), (near, far) in values.items():
+        runs.append({"method": method, "seed": seed, "lr": lr,
+                     "copy_by_distance": {b: {"token_accuracy": near} for b in ("8-16", "17-32", "33-64", "65-119")},
+                     "retrieval": {"copy": {"256": {"token_accuracy": far}}}})
+    return {"config": config, "runs": runs}
+
+
+def test_distance_table_and_references_by_hand():
+    local = cu.hybrid_method("local RoPE only", 16)
+    record = _hybrid_record({(local, s): (0.5 + 0.1 * s, 0.0) for s in range(3)}, [local])
+    nope = dict(cu.PRESETS["nope"], seeds=[0, 1, 2, 100], factors=[1, 2])
+    references = {"config": nope, "runs": _hybrid_record({("rope", s): (1.0, 0.2 * s) for s in range(3)}, ["rope"])["runs"]}
+    both = cu.with_references(record, references, ["rope"])
+    assert both["config"]["methods"] == ["rope", local]
+    table = cu.distance_table(both)
+    assert list(table[local]) == ["8-16", "17-32", "33-64", "65-119", 256]
+    mean, low, high = table[local]["65-119"]
+    assert mean == pytest.approx(0.6) and low < 0.6 < high <= 1
+    assert table["rope"][256][0] == pytest.approx(0.2) and table["rope"]["8-16"] == (1.0, 1.0, 1.0)
+    diff = cu.compare(both, {"d": ((local, cu.distance_path("65-119")), ("rope", cu.distance_path("65-119")))})
+    assert diff["d"]["interval"][0] == pytest.approx(-0.4)
+    with pytest.raises(ValueError, match="differ in \\['steps'\\]"):
+        cu.with_references(record, {"config": dict(nope, steps=1), "runs": []}, ["rope"])

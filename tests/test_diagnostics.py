@@ -80,7 +80,7 @@ def test_the_tiny_study_scores_every_reading_and_reads_the_gates(tmp_path):
     fox = next(r for r in record["runs"] if r["method"] == "fox")
     assert len(fox["effective_windows"]) == 2 and all(len(layer) == 2 for layer in fox["effective_windows"])
     assert all(w >= 1 for layer in fox["effective_windows"] for w in layer)  # 1 / (1 - f) >= 1
-    sparse = study.task_batch(study.PRESETS["full"], "flip_flop", 256, 129, torch.Generator().manual_seed(0), True)[0]
+    sparse = study.task_batch(study.PRESETS["full"], "flip_flop", 512, 129, torch.Generator().manual_seed(0), True)[0]
     ops = sparse[:, 3::2]  # after the first (always a write)
     assert abs(float((ops == ord("i")).float().mean()) - 0.98) < 0.01  # Liu et al.'s sparse mix
     assert abs(float((ops == ord("r")).float().mean()) - 0.01) < 0.005

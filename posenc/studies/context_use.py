@@ -517,3 +517,46 @@ def bos_stream_paired(record: dict, method: str, a: str, b: str) -> tuple[float,
     runs = [run for run in seed_runs(record) if run["method"] == method and "stream" in run.get("probes", {})]
     stream = {run["seed"]: run["probes"]["stream"] for run in runs}
     return t_interval([100 * (math.exp(s[a] - s[b]) - 1) for s in stream.values()])
+
+
+# ---- chapter 14: the families' plans by source distance (the "hybrid" preset) ---------------------------
+
+def with_references(record: dict, references: dict, methods) -> dict:
+    """``record`` with the reported runs of ``methods`` from ``references`` (a record of the same mixture,
+    batches and learning rate, e.g. the "nope" preset's RoPE, NoPE and ALiBi beside the "hybrid" preset),
+    so that the readers pair them by seed. Raises ``ValueError`` if the two differ in anything but their
+    methods and readings."""
+    readings = ("methods", "lr_grid", "position_probes", "distance_edges", "seeds")
+    differ = sorted(key for key in set(record["config"]) | set(references["config"]) if key not in readings
+                    and record["config"].get(key) != references["config"].get(key))
+    if differ:
+        raise ValueError(f"the records differ in {differ}: their runs do not pair")
+    chosen = [run for run in seed_runs(references) if run["method"] in methods]
+    if any(run["lr"] not in lr_grid(record["config"], run["method"]) for run in chosen):
+        raise ValueError("a reference run's learning rate is not in record's lr_grid")
+    config = dict(record["config"], methods=[*methods, *record["config"]["methods"]])
+    return dict(record, config=config, runs=[*chosen, *record["runs"]])
+
+
+def distance_table(record: dict, measure: str = "token_accuracy") -> dict:
+    """``{method: {column: (mean, low, high) or None}}``: copy accuracy by source distance, the 95%
+    t-interval over seeds (cut to [0, 1]). Columns: the bins of ``copy_by_distance`` within L
+    (``"8-16"``...), then each length ``f * L`` beyond L (an int: the source between fL/2 and fL back)."""
+    config, runs = record["config"], seed_runs(record)
+    edges = config["distance_edges"]
+    bins = [f"{low + (i > 0)}-{high}" for i, (low, high) in enumerate(zip(edges, edges[1:]))]
+    beyond = [f * config["train_len"] for f in config["factors"][1:]]
+    out = {}
+    for method in config["methods"]:
+        out[method] = {column: _rate_interval(over_seeds(record, "copy_by_distance", column, measure,
+                                                         method=method, runs=runs)) for column in bins}
+        out[method].update({n: _rate_interval(over_seeds(record, "retrieval", "copy", str(n), measure,
+                                                         method=method, runs=runs)) for n in beyond})
+    return out
+
+
+def distance_path(column) -> tuple:
+    """Where a run keeps the copy accuracy of a ``distance_table`` column (for ``compare``)."""
+    if isinstance(column, int):
+        return ("retrieval", "copy", str(column), "token_accuracy")
+    return ("copy_by_distance", column, "token_accuracy")
