@@ -9,7 +9,7 @@ from .alibi import alibi_attention, alibi_bias, alibi_slopes, causal_mask
 from . import data
 from .attention import ATTENTION_POSITIONS, POSITION_METHODS, MultiHeadAttention
 from .cache import KVCache, LayerCache, RollingLayerCache
-from .hf_config import plan_from_hf_config
+from .hf_config import hybrid_layers, plan_from_hf_config
 from .masks import chunked_mask, sliding_window_mask
 from .mla import LatentCache, MultiHeadLatentAttention, absorbed_scores, yarn_softmax_scale
 from .model import TransformerLM
@@ -33,7 +33,7 @@ __all__ = [
     # 2026's models
     "rope_parameters_for", "mrope_positions", "mrope_cos_sin", "axial_positions", "axial_rope_cos_sin",
     "LayerSpec", "Rope", "Temperature", "repeat_pattern", "every_nth", "family_plan", "PLAN_FAMILIES",
-    "describe_plan", "plan_to_dict", "plan_from_dict", "plan_from_hf_config",
+    "describe_plan", "plan_to_dict", "plan_from_dict", "plan_from_hf_config", "hybrid_layers",
     "sliding_window_mask", "chunked_mask", "RollingLayerCache", "attention_temperature", "sink_attention",
     "MultiHeadLatentAttention", "LatentCache", "absorbed_scores", "yarn_softmax_scale",
 ]
