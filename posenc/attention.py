@@ -25,6 +25,7 @@ from ._float32 import Float32Buffers
 from ._validate import check_choice, check_int, check_integer_positions, check_positive_float, check_tensor
 from . import alibi
 from .cache import KVCache, LayerCache, RollingLayerCache  # noqa: F401 (re-exported)
+from .block_sparse import block_sparse_attention
 from .masks import layer_mask
 from .plan import ATTENTION_POSITIONS, LayerSpec, Rope, Temperature
 from .relative import T5RelativeBias, t5_relative_bucket
@@ -98,6 +99,9 @@ class MultiHeadAttention(Float32Buffers):
         softmax_scale: the score scale, default ``head_dim ** -0.5``.
         head_dim: each head's width, when it is not ``dim // n_heads`` (Gemma 3, gpt-oss): the projections then
             map ``dim`` to ``n_heads * head_dim`` and back. None (default): ``dim // n_heads``.
+        block_sparse: run full passes without a gradient through ``posenc.block_sparse`` (compiled
+            FlexAttention with a block mask: a window or chunk costs what it keeps); everything else
+            (training, cached decoding, explicit positions, T5, attention weights) takes the usual path.
 
     ``MultiHeadAttention.from_spec(dim, n_heads, spec)`` builds the layer a ``LayerSpec`` describes, and
     ``layer.spec`` gives it back.
@@ -130,8 +134,9 @@ class MultiHeadAttention(Float32Buffers):
                  t5_num_buckets: int = 32, t5_max_distance: int = 128, t5_bias: T5RelativeBias | None = None,
                  alibi_slopes: torch.Tensor | None = None, window: int | None = None, chunk: int | None = None,
                  temperature: Temperature | None = None, sinks: bool = False, softmax_scale: float | None = None,
-                 head_dim: int | None = None, gate: bool = False):
+                 head_dim: int | None = None, gate: bool = False, block_sparse: bool = False):
         super().__init__()
+        self.block_sparse = bool(block_sparse)
         dim, n_heads = check_int("dim", dim), check_int("n_heads", n_heads)
         if head_dim is None and dim % n_heads:
             raise ValueError(f"dim must be divisible by n_heads, got dim={dim}, n_heads={n_heads} (or pass head_dim)")
@@ -306,6 +311,12 @@ class MultiHeadAttention(Float32Buffers):
     def _attention(self, q, k, v, need_weights, position_bias, positions, key_positions):
         """Pick the kernel: fused causal, ALiBi's folded form, or a full additive mask (+ sinks)."""
         q_len, k_len = q.shape[2], k.shape[2]
+        if (self.block_sparse and q_len == k_len and self.causal and self.position != "t5" and not need_weights
+                and position_bias is None and positions is None
+                and not (torch.is_grad_enabled() and q.requires_grad)):
+            slopes = self.slopes if self.position == "alibi" else None
+            return block_sparse_attention(q, k, v, window=self.window, chunk=self.chunk, slopes=slopes,
+                                          sinks=self.sinks, scale=self.softmax_scale), None
         plain = (self.causal and self.window is None and self.chunk is None and self.sinks is None
                  and positions is None and position_bias is None and not need_weights)
         if plain and self.position == "alibi" and self.softmax_scale is None:
