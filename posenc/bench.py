@@ -46,8 +46,9 @@ import torch
 import torch.nn.functional as F
 
 from . import experiments
-from .alibi import alibi_attention, alibi_bias, causal_mask
-from .attention import POSITION_METHODS
+from .alibi import alibi_attention, alibi_bias, alibi_slopes, causal_mask
+from .attention import POSITION_METHODS, MultiHeadAttention
+from .block_sparse import block_sparse_attention, dense_attention
 from .masks import sliding_window_mask
 from .model import TransformerLM
 from .rope import apply_rope, compile_apply_rope, rope_cos_sin, rope_formula, rope_frequencies
@@ -56,11 +57,11 @@ from .sinks import sink_attention
 SIZES = {
     # rope: (heads, T, head_dim), also for partial rotary; alibi: (heads, T, head_dim), also for the
     # sliding-window and sink rows, with window tokens (gpt-oss's 128); train: chapter 10's full preset
-    "tiny": dict(rope=(2, 16, 8), alibi=(2, 32, 8), window=8,
+    "tiny": dict(rope=(2, 16, 8), alibi=(2, 32, 8), window=8, curve=[64], layer_dim=16,
                  train=dict(dim=32, layers=1, heads=2, seq=16, batch=2), rounds=3),
-    "small": dict(rope=(8, 1024, 64), alibi=(8, 512, 64), window=128,
+    "small": dict(rope=(8, 1024, 64), alibi=(8, 512, 64), window=128, curve=[1024, 2048], layer_dim=256,
                   train=dict(dim=96, layers=3, heads=4, seq=128, batch=16), rounds=7),
-    "issue": dict(rope=(32, 4096, 128), alibi=(8, 2048, 64), window=128,
+    "issue": dict(rope=(32, 4096, 128), alibi=(8, 2048, 64), window=128, curve=[2048, 4096, 8192], layer_dim=256,
                   train=dict(dim=96, layers=3, heads=4, seq=128, batch=16), rounds=41),
 }
 
@@ -227,6 +228,11 @@ def peak_memory_bytes(name: str, heads: int, seq: int, head_dim: int) -> int:
 
 def bench_alibi(heads: int, seq: int, head_dim: int, rounds: int, memory: bool) -> list[dict]:
     candidates = {name: _alibi_case(name, heads, seq, head_dim) for name in ALIBI_VARIANTS}
+    if _has_compiler():
+        torch.manual_seed(0)
+        q, k, v = (torch.randn(1, heads, seq, head_dim) for _ in range(3))
+        slopes = alibi_slopes(heads)
+        candidates[BLOCK_SPARSE] = lambda: block_sparse_attention(q, k, v, slopes=slopes)
     seconds = timed_rounds(candidates, rounds)
     fast = candidates["posenc alibi_attention"]()
     materialised = candidates["SDPA + materialised ALiBi bias"]()
@@ -277,9 +283,14 @@ def bench_window_attention(heads: int, seq: int, head_dim: int, window: int, rou
                                                                                                     window)),
         "posenc window mask + SDPA": posenc_window,
     }
+    if _has_compiler():
+        candidates[BLOCK_SPARSE] = lambda: block_sparse_attention(q, k, v, window=window)
     reference = _eager_attention(q.double(), k.double(), v.double(), sliding_window_mask(seq, seq, window))
     return [_attention_row(f"sliding-window attention (window {window}), {heads} heads, T={seq}, "
                            f"head_dim {head_dim}, fp32", candidates, "posenc window mask + SDPA", reference, rounds)]
+
+
+BLOCK_SPARSE = "posenc block_sparse (FlexAttention)"
 
 
 def bench_sink_attention(heads: int, seq: int, head_dim: int, rounds: int) -> list[dict]:
@@ -292,6 +303,9 @@ def bench_sink_attention(heads: int, seq: int, head_dim: int, rounds: int) -> li
         "eager scores + sink column + softmax + drop": lambda: _eager_attention(q, k, v, causal_mask(seq, seq), sinks),
         "posenc sink_attention": lambda: sink_attention(q, k, v, sinks, mask=causal_mask(seq, seq)),
     }
+    if _has_compiler():
+        candidates[BLOCK_SPARSE] = lambda: block_sparse_attention(q, k, v, sinks=sinks)
+        candidates["posenc block_sparse, causal, no sinks"] = lambda: block_sparse_attention(q, k, v)
     reference = _eager_attention(q.double(), k.double(), v.double(), causal_mask(seq, seq), sinks.double())
     return [_attention_row(f"causal attention with learned sinks, {heads} heads, T={seq}, head_dim {head_dim}, "
                            f"fp32", candidates, "posenc sink_attention", reference, rounds)]
@@ -319,6 +333,86 @@ def bench_train_step(dim: int, layers: int, heads: int, seq: int, batch: int, ro
              "seconds": seconds, "baseline": "train step, none", "alternative": None}]
 
 
+def bench_mask_curve(heads: int, head_dim: int, window: int, lengths, rounds: int) -> list[dict]:
+    """Time against T of causal attention, a sliding window of ``window`` and chunks of ``window``, each
+    through the dense masked path (what ``MultiHeadAttention`` does without ``block_sparse``) and through
+    ``block_sparse_attention``, beside full causal SDPA at the same T (the baseline of each row)."""
+    rows = []
+    for seq in lengths:
+        torch.manual_seed(0)
+        q, k, v = (torch.randn(1, heads, seq, head_dim) for _ in range(3))
+        candidates = {"SDPA causal (full, no sinks)": lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True),
+                      "dense window mask + SDPA": lambda: dense_attention(q, k, v, window=window),
+                      "dense chunk mask + SDPA": lambda: dense_attention(q, k, v, chunk=window)}
+        if _has_compiler():
+            candidates["block_sparse window"] = lambda: block_sparse_attention(q, k, v, window=window)
+            candidates["block_sparse chunk"] = lambda: block_sparse_attention(q, k, v, chunk=window)
+        rows.append({"operation": f"mask cost curve: window / chunk {window}, {heads} heads, T={seq}, "
+                                  f"head_dim {head_dim}, fp32", "seconds": timed_rounds(candidates, rounds),
+                     "baseline": "SDPA causal (full, no sinks)", "alternative": None, "seq": seq})
+    return rows
+
+
+def bench_layer(dim: int, heads: int, window: int, lengths, rounds: int) -> list[dict]:
+    """A whole ``MultiHeadAttention`` layer at inference (projections included): windowed or chunked with
+    ``block_sparse`` against the same layer with neither (full causal attention)."""
+    rows = []
+    for seq in lengths:
+        torch.manual_seed(0)
+        x = torch.randn(1, seq, dim)
+        full = MultiHeadAttention(dim, heads, position="rope").eval()
+        layers = {"layer, full causal": full}
+        for name, options in (("window", dict(window=window)), ("chunk", dict(chunk=window))):
+            layer = MultiHeadAttention(dim, heads, position="rope", block_sparse=_has_compiler(), **options)
+            layer.load_state_dict(full.state_dict())
+            layers[f"layer, {name} {window}" + (", block_sparse" if layer.block_sparse else "")] = layer.eval()
+        candidates = {name: (lambda layer=layer: layer(x)) for name, layer in layers.items()}
+        with torch.no_grad():
+            seconds = timed_rounds(candidates, rounds)
+        rows.append({"operation": f"MultiHeadAttention layer (dim {dim}, {heads} heads, RoPE), T={seq}, inference",
+                     "seconds": seconds, "baseline": "layer, full causal", "alternative": None, "seq": seq})
+    return rows
+
+
+# The issue's goals: (what, row operation prefix, T or None, candidate, at most this many times the baseline)
+GOALS = (
+    ("sliding window 128 at T=2048, x full causal SDPA", "mask cost curve", 2048, "block_sparse window", 0.5),
+    ("sliding window 128 at T=8192, x full causal SDPA", "mask cost curve", 8192, "block_sparse window", 0.2),
+    ("chunks of 128 at T=2048, x full causal SDPA", "mask cost curve", 2048, "block_sparse chunk", 0.5),
+    ("chunks of 128 at T=8192, x full causal SDPA", "mask cost curve", 8192, "block_sparse chunk", 0.2),
+    ("layer with window 128 at T=2048, x the layer without", "MultiHeadAttention layer", 2048,
+     "layer, window 128, block_sparse", 0.75),
+    ("layer with window 128 at T=8192, x the layer without", "MultiHeadAttention layer", 8192,
+     "layer, window 128, block_sparse", 0.35),
+    ("layer with chunks of 128 at T=2048, x the layer without", "MultiHeadAttention layer", 2048,
+     "layer, chunk 128, block_sparse", 0.75),
+    ("layer with chunks of 128 at T=8192, x the layer without", "MultiHeadAttention layer", 8192,
+     "layer, chunk 128, block_sparse", 0.35),
+    ("sinks, x the same attention without sinks", "causal attention with learned sinks", None, BLOCK_SPARSE, 1.2),
+    ("ALiBi via block mask, x ALiBi via a 4-D mask", "causal ALiBi attention", None, BLOCK_SPARSE, 1.0),
+    ("half-split apply_rope, x copying q", "apply_rope half-split", None, "posenc apply_rope", 1.15),
+)
+_GOAL_BASELINES = {"sinks": "posenc block_sparse, causal, no sinks", "ALiBi": "SDPA + materialised ALiBi bias"}
+
+
+def goals(result: dict) -> list[dict]:
+    """Each goal of ``GOALS`` with its measured ratio and whether it is met (None where the result has
+    no such row or candidate, e.g. without a compiler or at a size that does not reach that T)."""
+    out = []
+    for what, prefix, seq, candidate, bound in GOALS:
+        baseline = next((name for key, name in _GOAL_BASELINES.items() if what.startswith(key)), None)
+        ratio = None
+        for row in result["rows"]:
+            if row["operation"].startswith(prefix) and (seq is None or row.get("seq") == seq) \
+                    and candidate in row["seconds"]:
+                base = row["seconds"][baseline or row["baseline"]]
+                ratio = row["seconds"][candidate] / base
+                break
+        out.append({"goal": what, "at most": bound, "ratio": ratio,
+                    "met": None if ratio is None else ratio <= bound})
+    return out
+
+
 def environment() -> dict:
     """The experiments' record of versions and hardware, plus whether a C compiler was found."""
     return {**experiments.environment(), "compiler": "available" if _has_compiler() else "none found",
@@ -341,8 +435,13 @@ def run(size: str = "issue", *, compile_too: bool = False, memory: bool = True) 
     rows += bench_alibi(*config["alibi"], config["rounds"], memory)
     rows += bench_window_attention(*config["alibi"], config["window"], config["rounds"])
     rows += bench_sink_attention(*config["alibi"], config["rounds"])
+    rows += bench_mask_curve(config["alibi"][0], config["alibi"][2], config["window"], config["curve"],
+                             config["rounds"])
+    rows += bench_layer(config["layer_dim"], config["alibi"][0], config["window"], config["curve"], config["rounds"])
     rows += bench_train_step(**config["train"], rounds=max(3, config["rounds"]))
-    return {"environment": environment(), "size": size, "rows": rows}
+    result = {"environment": environment(), "size": size, "rows": rows}
+    result["goals"] = goals(result)
+    return result
 
 
 def environment_line(result: dict) -> str:
@@ -394,6 +493,12 @@ def format_table(result: dict) -> str:
         for name, cells in row_cells(row).items():
             lines.append(f"  {name:<46} {cells['ms']:>9} ms  x{cells['x baseline']:>5}  {cells['note']}")
         lines.extend(f"  {note}" for note in row_notes(row))
+    if result.get("goals"):
+        lines += ["", "goals (ratio measured in this process; at most):"]
+        for goal in result["goals"]:
+            ratio = "not measured" if goal["ratio"] is None else f"{goal['ratio']:.2f}"
+            verdict = {None: "", True: "met", False: "NOT met"}[goal["met"]]
+            lines.append(f"  {goal['goal']:<58} {ratio:>12} (<= {goal['at most']:.2f})  {verdict}")
     return "\n".join(lines)
 
 

@@ -16,9 +16,9 @@ def test_bench_tiny_runs_and_reports_every_operation(tmp_path, capsys):
     printed = capsys.readouterr().out
     result = json.loads(out.read_text())
     operations = [row["operation"] for row in result["rows"]]
-    assert len(operations) == 8 and all(op in printed for op in operations)
+    assert len(operations) == 10 and all(op in printed for op in operations)
     rope_rows, partial_rows = result["rows"][:2], result["rows"][2:4]
-    alibi_row, window_row, sink_row, train_row = result["rows"][4:]
+    alibi_row, window_row, sink_row, curve_row, layer_row, train_row = result["rows"][4:]
     for row in rope_rows:
         assert set(row["seconds"]) == {"copy (q.clone())", "rotate_half formula", "posenc apply_rope"}
     for row, rotary_dim in zip(partial_rows, (2, 4)):  # head_dim 8 at the tiny size: a quarter, a half
@@ -30,10 +30,20 @@ def test_bench_tiny_runs_and_reports_every_operation(tmp_path, capsys):
     assert alibi_row["max_abs_error_vs_materialised"] < 1e-5
     assert set(alibi_row["peak_memory_bytes"]) == {"32", "64"}
     assert all(value >= 0 for peaks in alibi_row["peak_memory_bytes"].values() for value in peaks.values())
-    for row, posenc_name in ((window_row, "posenc window mask + SDPA"), (sink_row, "posenc sink_attention")):
+    extra = {"window": {bench.BLOCK_SPARSE}, "sink": {bench.BLOCK_SPARSE, "posenc block_sparse, causal, no sinks"}}
+    for row, posenc_name, kind in ((window_row, "posenc window mask + SDPA", "window"),
+                                   (sink_row, "posenc sink_attention", "sink")):
         assert row["baseline"] == "SDPA causal (full, no sinks)" and row["alternative"].startswith("eager")
-        assert set(row["seconds"]) == {row["baseline"], row["alternative"], posenc_name}
+        assert set(row["seconds"]) == {row["baseline"], row["alternative"], posenc_name} | extra[kind]
         assert row["max_abs_error_vs_float64"][posenc_name] < 1e-6
+    assert {"block_sparse window", "block_sparse chunk"} <= set(curve_row["seconds"]) and curve_row["seq"] == 64
+    assert layer_row["baseline"] == "layer, full causal" and len(layer_row["seconds"]) == 3
+    goals = {goal["goal"]: goal for goal in result["goals"]}
+    assert len(goals) == len(bench.GOALS) and "goals (ratio measured" in printed
+    sinks = goals["sinks, x the same attention without sinks"]  # measured at every size: ratio of two rows
+    expected = sink_row["seconds"][bench.BLOCK_SPARSE] / sink_row["seconds"]["posenc block_sparse, causal, no sinks"]
+    assert sinks["ratio"] == pytest.approx(expected) and sinks["met"] == (expected <= 1.2)
+    assert goals["sliding window 128 at T=8192, x full causal SDPA"]["ratio"] is None  # not at this size
     assert "window 8" in window_row["operation"]
     assert len(train_row["seconds"]) == 6 and all(s > 0 for s in train_row["seconds"].values())
     assert result["environment"]["torch_threads"] == 1
