@@ -5,9 +5,11 @@ Each returns ``(tokens, targets)``, two LongTensors ``[batch, length]`` in bytes
 ``evaluate.task_scores`` scores it):
 
 - ``flip_flop`` (Liu et al. 2023, arXiv 2306.00946): instructions ``w`` (write), ``r`` (read) and ``i``
-  (ignore), each followed by a bit; after every ``r`` the bit is the last one written. The ignore rate sets
-  how far back the last write lies (the paper's sparse setting: 0.8 ignores, so about ten instructions).
-  A model must find the *most recent* write: recency, the thing a forget gate or a decay gives for free.
+  (ignore), each followed by a bit; after every ``r`` the bit is the last one written. Sequences start
+  with a write and end with a read, and reads and writes are equally likely, as in the paper. The ignore
+  rate sets how far back the last write lies: the paper trains at 0.8 and tests out of distribution on
+  sparse (0.98) and dense (0.1) sequences. A model must find the *most recent* write, which a learned
+  forget gate can do by closing at writes.
 - ``selective_copy`` (Gu and Dao 2023, the Mamba paper): a few data symbols scattered among noise (``.``),
   then ``|`` and the data symbols again, in order. Order among the data matters, distance does not.
 - ``counting`` (the counting task of CoPE, Golovneva et al. 2024): segments of symbols separated by ``|``;
@@ -35,21 +37,23 @@ def _check_rate(name: str, value: float) -> float:
     return float(value)
 
 
-def flip_flop(batch_size: int, length: int, *, p_read: float = 0.1, p_ignore: float = 0.8,
+def flip_flop(batch_size: int, length: int, *, p_ignore: float = 0.8, p_read: float | None = None,
               generator: torch.Generator | None = None):
-    """``[BOS, op, bit, op, bit, ...]`` of ``length`` tokens (odd: BOS and whole instructions); the first
-    instruction is a write, the others are read / ignore / write with probabilities ``p_read``,
-    ``p_ignore`` and the rest. Scored: the bit after every read (the last written bit)."""
-    length = check_int("length", length, minimum=3)
+    """``[BOS, op, bit, op, bit, ...]`` of ``length`` tokens (odd: BOS and whole instructions, at least
+    two); the first instruction is a write and the last a read, the others are read / ignore / write with
+    probabilities ``p_read`` (default ``(1 - p_ignore) / 2``, as many reads as writes), ``p_ignore`` and
+    the rest. Scored: the bit after every read (the last written bit)."""
+    length = check_int("length", length, minimum=5)
     if length % 2 == 0:
         raise ValueError(f"length must be odd (BOS, then instruction-bit pairs), got {length}")
-    p_read, p_ignore = _check_rate("p_read", p_read), _check_rate("p_ignore", p_ignore)
+    p_ignore = _check_rate("p_ignore", p_ignore)
+    p_read = _check_rate("p_read", (1 - p_ignore) / 2 if p_read is None else p_read)
     if p_read + p_ignore >= 1:
         raise ValueError(f"p_read + p_ignore must be < 1 (writes need a chance), got {p_read + p_ignore}")
     n = (length - 1) // 2
     draw = torch.rand(batch_size, n, generator=generator)
     ops = torch.where(draw < p_read, READ, torch.where(draw < p_read + p_ignore, SKIP, WRITE))
-    ops[:, 0] = WRITE
+    ops[:, 0], ops[:, -1] = WRITE, READ
     bits = torch.randint(0, 2, (batch_size, n), generator=generator)
     written = torch.where(ops == WRITE, bits, -1)
     index = torch.arange(n).expand(batch_size, n)

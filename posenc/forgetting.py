@@ -58,6 +58,7 @@ class ForgettingAttention(HeadsMixer):
     def __init__(self, dim: int, n_heads: int, **options):
         super().__init__(dim, n_heads, **options)
         self.forget = nn.Linear(dim, n_heads)
+        nn.init.zeros_(self.forget.bias)  # the paper's code: a zero bias, so f starts near 1/2
 
     def log_forget(self, x: torch.Tensor) -> torch.Tensor:
         """``x[batch, seq, dim] -> log f [batch, heads, seq]`` (float32)."""

@@ -19,7 +19,7 @@ def test_flip_flop_reads_return_the_last_written_bit():
     reads = 0
     for row, target in zip(tokens, targets):
         text, last = _text(row)[1:], None
-        assert text[0] == "w"
+        assert text[0] == "w" and text[-2] == "r"  # a write first, a read last
         for k in range(0, 80, 2):
             op, bit = text[k], text[k + 1]
             assert op in "wri" and bit in "01"
@@ -60,6 +60,7 @@ def test_counting_answers_the_count_in_the_last_segment():
 @pytest.mark.parametrize("call, message", [
     (lambda: d.flip_flop(2, 10), "length must be odd"),
     (lambda: d.flip_flop(2, 11, p_read=0.5, p_ignore=0.5), "p_read \\+ p_ignore"),
+    (lambda: d.flip_flop(2, 3), "length must be an integer >= 5"),
     (lambda: d.selective_copy(2, 10, data=8), "length must be an integer >= 18"),
     (lambda: d.counting(2, 30, segment=(4, 12)), "one digit"),
 ])
@@ -75,12 +76,17 @@ def test_the_tiny_study_scores_every_reading_and_reads_the_gates(tmp_path):
     assert {(r["task"], r["method"]) for r in record["runs"]} == {
         (t, m) for t in ("flip_flop", "counting") for m in ("rope", "fox")}
     for run in record["runs"]:
-        assert set(run["scores"]) == ({"L", "2L", "sparse"} if run["task"] == "flip_flop" else {"L", "2L"})
-        assert ("effective_windows" in run) == (run["method"] == "fox")
-    fox = next(r for r in record["runs"] if r["method"] == "fox")
-    assert len(fox["effective_windows"]) == 2 and all(len(layer) == 2 for layer in fox["effective_windows"])
-    assert all(w >= 1 for layer in fox["effective_windows"] for w in layer)  # 1 / (1 - f) >= 1
-    sparse = study.task_batch(study.PRESETS["full"], "flip_flop", 512, 129, torch.Generator().manual_seed(0), True)[0]
-    ops = sparse[:, 3::2]  # after the first (always a write)
-    assert abs(float((ops == ord("i")).float().mean()) - 0.98) < 0.01  # Liu et al.'s sparse mix
-    assert abs(float((ops == ord("r")).float().mean()) - 0.01) < 0.005
+        readings = {"L", "2L", "sparse", "dense"} if run["task"] == "flip_flop" else {"L", "2L"}
+        assert set(run["scores"]) == readings == set(run["answers"])
+        assert ("gates" in run) == (run["method"] == "fox")
+    flip = next(r for r in record["runs"] if r["method"] == "fox" and r["task"] == "flip_flop")
+    assert all(n >= 8 for n in flip["answers"].values())  # every sequence ends with a read: >= 1 per row
+    assert len(flip["gates"]) == 2 and set(flip["gates"][0]) == {"w", "r", "i", "bit"}
+    assert all(len(heads) == 2 and all(0 < g < 1 for g in heads) for heads in flip["gates"][0].values())
+    config = study.PRESETS["full"]
+    for mix, p_ignore in (("sparse", 0.98), ("dense", 0.1)):
+        tokens = study.task_batch(config, "flip_flop", 512, 129, torch.Generator().manual_seed(0), mix)[0]
+        ops = tokens[:, 3:-2:2]  # between the first (a write) and the last (a read)
+        assert abs(float((ops == ord("i")).float().mean()) - p_ignore) < 0.01  # Liu et al.'s mixes
+        reads, writes = float((ops == ord("r")).float().mean()), float((ops == ord("w")).float().mean())
+        assert abs(reads - writes) < 0.02 and abs(reads - (1 - p_ignore) / 2) < 0.01

@@ -201,3 +201,37 @@ def test_mixers_refuse_a_cache_and_attention_refuses_their_specs():
     with pytest.raises(ValueError, match="causal"):
         TransformerLM(256, 32, 1, 4, position="none", causal=False, plan=[LayerSpec(mixer="decay")])
     assert isinstance(StickBreakingAttention(32, 4)(torch.randn(1, 3, 32), need_weights=True), tuple)
+
+
+def test_stick_breaking_matches_the_authors_reference_formulation():
+    """stickbreaking_attention/sb_ref.py (shawntan/stickbreaking-attention) as its tests call it
+    (attend_current=False): log(1 - beta) summed over the keys between key and query by a product with a
+    strictly lower-triangular matrix of ones, and the remainder on the query's own value."""
+    q, k, v = _qkv(seq=7)
+    logits = q @ k.transpose(-1, -2) / math.sqrt(8)
+    hidden = torch.ones(7, 7).triu(0).bool()  # the key itself and later keys
+    log_z = F.logsigmoid(logits).masked_fill(hidden, -1e5)
+    log_beta = F.logsigmoid(-logits).masked_fill(hidden, 0)
+    between = torch.einsum("bhij,jk->bhik", log_beta, torch.ones(7, 7, dtype=torch.float64).tril(-1))
+    weights = (log_z + between).exp()
+    expected = weights @ v + (1 - weights.sum(-1))[..., None] * v
+    torch.testing.assert_close(stick_breaking_attention(q, k, v), expected)
+
+
+def test_cope_layer_matches_the_papers_listing():
+    """The CoPE module of Golovneva et al. (arXiv 2405.18719, its code listing): gates from the scaled, masked
+    scores, positions by a flipped cumulative sum clamped at npos_max - 1, q . e interpolated, added to the
+    scores before the softmax."""
+    torch.manual_seed(0)
+    layer = CoPEAttention(16, 2, max_positions=5).double()
+    with torch.no_grad():
+        layer.embeddings.normal_()
+    x = torch.randn(1, 9, 16, dtype=torch.float64)
+    q, k, v = layer.qkv(x).view(1, 9, 3, 2, 8).permute(2, 0, 3, 1, 4)
+    logits = q @ k.transpose(-1, -2) / math.sqrt(8) + torch.ones(9, 9).tril().log()
+    pos = torch.sigmoid(logits).flip(-1).cumsum(dim=-1).flip(-1).clamp(max=5 - 1)
+    ceil, floor = pos.ceil().long(), pos.floor().long()
+    logits_int = q @ layer.embeddings.T  # the listing's pos_emb is [head_dim, npos_max]
+    w = pos - floor
+    attn = torch.softmax(logits + logits_int.gather(-1, ceil) * w + logits_int.gather(-1, floor) * (1 - w), -1)
+    torch.testing.assert_close(layer.weights(q, k, x), attn)

@@ -40,15 +40,16 @@ MIXER_METHODS = ("fox", "stick-breaking", "cope", "decay", "decay 3:1 attention"
 
 
 def mixer_plan(method: str, layers: int, train_len: int) -> list[LayerSpec]:
-    """The plan of a ``MIXER_METHODS`` method: FoX, stick-breaking or CoPE (``train_len`` contextual positions)
-    in every layer; decay layers with a width-4 convolution in every layer, or three of them to one
-    attention layer without position (``"decay 3:1 attention"``, the pattern of Qwen3-Next and Kimi Linear);
-    or attention without position after a width-4 convolution in every layer (``"none + conv"``, a Canon
-    layer)."""
+    """The plan of a ``MIXER_METHODS`` method: FoX, stick-breaking, CoPE (``train_len`` contextual
+    positions) or a decay layer in every layer, none with a convolution; three decay layers, each after a
+    width-4 convolution, to one attention layer without position (``"decay 3:1 attention"``, Kimi Linear's
+    pattern; shipped models convolve the projected q, k, v instead, without a residual); or attention
+    without position after a width-4 convolution in every layer (``"none + conv"``, a Canon-A layer: the
+    convolution's own control)."""
     if method == "decay 3:1 attention":
         return every_nth(LayerSpec("none"), 4, otherwise=LayerSpec(mixer="decay", conv=4), n_layers=layers)
     spec = {"fox": LayerSpec(mixer="forgetting"), "stick-breaking": LayerSpec(mixer="stick_breaking"),
-            "cope": LayerSpec(mixer="cope", cope_positions=train_len), "decay": LayerSpec(mixer="decay", conv=4),
+            "cope": LayerSpec(mixer="cope", cope_positions=train_len), "decay": LayerSpec(mixer="decay"),
             "none + conv": LayerSpec("none", conv=4)}[method]
     return [spec] * layers
 

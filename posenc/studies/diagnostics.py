@@ -6,14 +6,16 @@ after a short convolution) trains a small byte model on each task of ``posenc.di
 with the same batches, then is scored (teacher-forced argmax on the answers, ``evaluate.task_scores``):
 
 - ``flip_flop``: at the training length with the training mix (the positive control: a method that does
-  not pass it learned nothing to measure), then sparser (``sparse``: ignores at ``p_sparse``, so the last
-  write lies further back, as in Liu et al.'s out-of-distribution test) and longer (2x, 4x).
+  not pass it learned nothing to measure), then Liu et al.'s out-of-distribution mixes at L (``sparse``:
+  ignores at ``p_sparse`` = 0.98, so the last write lies further back; ``dense``: at ``p_dense`` = 0.1)
+  and longer (2x, 4x). ``answers`` records how many answers each reading scored.
 - ``selective_copy``: at the training length, and longer (more noise between the same number of symbols).
 - ``counting``: at the training length, and longer (more segments before the one asked about).
 
 The chapter reads the accuracy per method with intervals over seeds; the learned gates (FoX's forget
-gates, the decay layer's decays) are recorded as each head's median effective window, ``1 / (1 - gate)``
-tokens, on flip-flop sequences.
+gates, the decay layer's decays) are recorded per layer and head as their mean at each kind of
+flip-flop token (``w``, ``r``, ``i`` and the bits): a head that finds the last write can close its gate
+at writes and keep it open elsewhere.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from .common import MIXER_METHODS, make_model, rank, rounded, train_recorded
 
 TASKS = ("flip_flop", "selective_copy", "counting")
 _COMMON = dict(methods=["rope", "alibi", "none", *MIXER_METHODS], tasks=list(TASKS), decay="linear",
-               weight_decay=0.01, lr=1e-3, p_read=0.1, p_ignore=0.8, p_sparse=0.98, data=8, alphabet=16,
+               weight_decay=0.01, lr=1e-3, p_ignore=0.8, p_sparse=0.98, p_dense=0.1, data=8, alphabet=16,
                count_alphabet=4)
 PRESETS = {
     "tiny": dict(_COMMON, dim=32, layers=2, heads=2, train_len=33, factors=[1, 2], steps=6, batch=4, warmup=2,
@@ -53,48 +55,53 @@ def next_run(config: dict, runs: list[dict]) -> dict | None:
     return None
 
 
-def task_batch(config: dict, task: str, rows: int, length: int, generator, sparse: bool = False):
-    """``(tokens, targets)`` of ``task`` at ``length`` (flip-flop needs an odd length: one less is used)."""
+def task_batch(config: dict, task: str, rows: int, length: int, generator, mix: str = "train"):
+    """``(tokens, targets)`` of ``task`` at ``length`` (flip-flop needs an odd length: one less is used;
+    ``mix`` is its ignore rate: ``"train"``, ``"sparse"`` or ``"dense"``)."""
     if task == "flip_flop":
-        p_ignore = config["p_sparse"] if sparse else config["p_ignore"]
-        p_read = config["p_read"] * (1 - p_ignore) / (1 - config["p_ignore"])  # reads and writes keep their ratio
-        return diagnostics.flip_flop(rows, length - 1 + length % 2, p_read=p_read, p_ignore=p_ignore,
-                                     generator=generator)
+        p_ignore = {"train": config["p_ignore"], "sparse": config["p_sparse"], "dense": config["p_dense"]}[mix]
+        return diagnostics.flip_flop(rows, length - 1 + length % 2, p_ignore=p_ignore, generator=generator)
     if task == "selective_copy":
         return diagnostics.selective_copy(rows, length, data=config["data"], alphabet=config["alphabet"],
                                           generator=generator)
     return diagnostics.counting(rows, length, alphabet=config["count_alphabet"], generator=generator)
 
 
-def scores(model, config: dict, task: str) -> dict:
-    """``{reading: token accuracy}``: ``"L"``, ``"2L"``... and, for flip-flop, ``"sparse"`` at L."""
-    L, out = config["train_len"], {}
-    readings = [(f"{f}L" if f > 1 else "L", f * L, False) for f in config["factors"]]
+def scores(model, config: dict, task: str) -> tuple[dict, dict]:
+    """``({reading: token accuracy}, {reading: answers scored})``: ``"L"``, ``"2L"``... and, for
+    flip-flop, ``"sparse"`` and ``"dense"`` at L."""
+    L, accuracy, answers = config["train_len"], {}, {}
+    readings = [(f"{f}L" if f > 1 else "L", f * L, "train") for f in config["factors"]]
     if task == "flip_flop":
-        readings.append(("sparse", L, True))
-    for name, length, sparse in readings:
-        generator = torch.Generator().manual_seed(10_000 + length + sparse)  # held out: not a training seed
-        tokens, targets = task_batch(config, task, config["eval_rows"], length, generator, sparse)
-        accuracy = evaluate.task_scores(model, tokens, targets)["token_accuracy"]
-        out[name] = None if accuracy != accuracy else round(accuracy, 5)  # None: no answer to score (NaN)
-    return out
+        readings += [("sparse", L, "sparse"), ("dense", L, "dense")]
+    for i, (name, length, mix) in enumerate(readings):
+        generator = torch.Generator().manual_seed(10_000 + i)  # held out: not a training seed
+        tokens, targets = task_batch(config, task, config["eval_rows"], length, generator, mix)
+        accuracy[name] = round(evaluate.task_scores(model, tokens, targets)["token_accuracy"], 5)
+        answers[name] = int((targets != -100).sum())
+    return accuracy, answers
+
+
+TOKEN_KINDS = {"w": diagnostics.WRITE, "r": diagnostics.READ, "i": diagnostics.SKIP}
 
 
 @torch.no_grad()
-def effective_windows(model, tokens: torch.Tensor) -> list[list[float]] | None:
-    """Per layer with a forget gate or a decay, each head's median ``1 / (1 - gate)`` over the tokens of
-    ``tokens`` (the number of tokens after which a constant gate would have kept ``1/e`` of a key's
-    weight, roughly); ``None`` for a model without such layers."""
+def gates_by_token(model, tokens: torch.Tensor) -> list[dict] | None:
+    """Per layer with a forget gate or a decay: ``{kind: [mean gate per head]}`` over the flip-flop
+    ``tokens`` of each kind (``"w"``, ``"r"``, ``"i"``, and ``"bit"`` for the bits); ``None`` for a
+    model without such layers. A gate near 0 at ``w`` closes the past at every write."""
     model.eval()
     x, out = model.token_embedding(tokens), []
+    kinds = {kind: tokens == token for kind, token in TOKEN_KINDS.items()}
+    kinds["bit"] = (tokens == diagnostics.ZERO) | (tokens == diagnostics.ONE)
     for block in model.blocks:
         h = block.ln_attn(x)
         if block.conv is not None:
             h = block.conv(h)
         if isinstance(block.attn, (ForgettingAttention, DecayLayer)):
             gates = block.attn.forget_gates(h) if isinstance(block.attn, ForgettingAttention) else block.attn.decays(h)
-            out.append(rounded((1 / (1 - gates.clamp(max=1 - 1e-6))).flatten(2).transpose(0, 1).flatten(1)
-                               .median(-1).values.tolist(), 2))
+            out.append({kind: rounded(gates.transpose(0, 1)[:, where].mean(-1).tolist(), 3)  # [heads]
+                        for kind, where in kinds.items()})
         x = block(x)
     return out or None
 
@@ -111,10 +118,10 @@ def run(config: dict, key: dict, checkpoint_dir: Path | None) -> dict:
     if rank() != 0:
         return result
     start = time.perf_counter()
-    result["scores"] = scores(model, config, task)
-    tokens, _ = task_batch(config, "flip_flop", 16, L, torch.Generator().manual_seed(1))
-    windows = effective_windows(model, tokens)
-    if windows is not None:
-        result["effective_windows"] = windows
+    result["scores"], result["answers"] = scores(model, config, task)
+    tokens, _ = task_batch(config, "flip_flop", 64, L, torch.Generator().manual_seed(1))
+    gates = gates_by_token(model, tokens)
+    if gates is not None:
+        result["gates"] = gates
     result["evaluation_seconds"] = time.perf_counter() - start
     return result
