@@ -30,7 +30,13 @@ book: $(STAMP)
 		echo "make book: FAILED, the build has warnings (treated as errors); see _build/book.log"; exit 1; fi
 	@echo "Book built: _build/html/index.html"
 
-test: lint unit notebooks colab-all browser
+# Each stage in turn, its wall time appended to _build/stage-times.txt (printed at the end; .ci/run too)
+STAGES := lint unit notebooks colab-all browser
+test: $(STAMP)
+	@mkdir -p _build && : > _build/stage-times.txt
+	@set -e; for stage in $(STAGES); do start=$$(date +%s); $(MAKE) --no-print-directory $$stage; \
+		echo "$$stage: $$(( $$(date +%s) - start )) s" >> _build/stage-times.txt; done
+	@echo "make test, per stage:"; cat _build/stage-times.txt
 
 # The GitHub workflows, checked by actionlint (with the venv's shellcheck on the PATH for their run: scripts)
 lint: $(STAMP)
