@@ -380,3 +380,36 @@ def test_printing_switches_a_dark_page_to_the_light_theme(server, browser):
         assert themes == ["light", "dark"]
     finally:
         visit.close()
+
+
+INTERACTIVE_PAGE = "notebooks/19_interactive.html"
+INTERACTIVE = ("rope-clock", "rope-base", "recipes", "masks", "mrope")
+
+
+def test_interactive_figures_draw_offline_and_follow_their_sliders(server, browser):
+    """Each posenc.interactive figure draws with the book's own plotly.js (every request that leaves the
+    machine is blocked), and moving its slider changes the figure's data and its label."""
+    visit = PageVisit(browser, f"{server}/{INTERACTIVE_PAGE}")
+    try:
+        page = visit.page
+        for name in INTERACTIVE:
+            root = f"#posenc-{name}"
+            page.wait_for_selector(f"{root}[data-drawn]", timeout=20_000)
+            read = f"""() => {{
+                const root = document.querySelector("{root}");
+                const plot = root.querySelector(".posenc-plot");
+                return {{label: root.querySelector("output").textContent,
+                         data: JSON.stringify(plot.data.map(t => [t.x, t.y, t.z])),
+                         svg: plot.querySelectorAll(".main-svg").length}};
+            }}"""
+            before = page.evaluate(read)
+            assert before["svg"] > 0, f"{name}: plotly drew nothing"
+            last = page.eval_on_selector(f"{root} input", "e => e.max")
+            page.eval_on_selector(f"{root} input", """(e, value) => {
+                e.value = value; e.dispatchEvent(new Event("input", {bubbles: true})); }""", last)
+            after = page.evaluate(read)
+            assert after["label"] != before["label"], f"{name}: the slider's label did not change"
+            assert after["data"] != before["data"], f"{name}: the figure did not change with its slider"
+        assert visit.errors == [] and visit.blocked == [] and visit.failed == []
+    finally:
+        visit.close()

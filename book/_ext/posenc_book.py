@@ -13,6 +13,8 @@ tests/test_browser.py), and what the book derives at build time instead of typin
   ``const THEBE_JS_URL`` is a JavaScript error in every page's console. Each page keeps one copy.
 - pydata-sphinx-theme reports "invalid theme mode" when no default mode is set; set it to "auto", the
   theme's own default (follow the reader's system setting).
+- Pages with an interactive figure (``posenc.interactive``) load plotly.js, copied into the build from the
+  ``plotly`` package, so that they work offline.
 """
 
 import sys
@@ -97,7 +99,28 @@ class ChapterTable(SphinxDirective):
         return [container]
 
 
+PLOTLY = "plotly.min.js"  # plotly.js as the `plotly` package ships it, copied into the build's _static
+
+
+def _plotly_on_interactive_pages(app, pagename, templatename, context, doctree):
+    """Pages with a posenc.interactive figure load plotly.js from the build (the rest do not: it is 4.8 MB)."""
+    if "posenc-interactive" in context.get("body", ""):
+        from sphinx.builders.html._assets import _JavaScript
+        context.setdefault("script_files", []).append(_JavaScript(f"_static/{PLOTLY}"))
+
+
+def _copy_plotly(app, exception):
+    if exception is None and app.builder.format == "html":
+        import shutil
+
+        import plotly
+        source = Path(plotly.__file__).parent / "package_data" / PLOTLY
+        shutil.copyfile(source, Path(app.outdir) / "_static" / PLOTLY)
+
+
 def setup(app):
+    app.connect("html-page-context", _plotly_on_interactive_pages)
+    app.connect("build-finished", _copy_plotly)
     app.connect("config-inited", _default_mode)
     app.connect("config-inited", _site_url_and_version)
     app.connect("html-page-context", _footer)
