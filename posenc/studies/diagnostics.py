@@ -37,7 +37,7 @@ _COMMON = dict(methods=["rope", "alibi", "none", *MIXER_METHODS], tasks=list(TAS
 PRESETS = {
     "tiny": dict(_COMMON, dim=32, layers=2, heads=2, train_len=33, factors=[1, 2], steps=6, batch=4, warmup=2,
                  seeds=[0], eval_rows=8, methods=["rope", "fox"], tasks=["flip_flop", "counting"]),
-    "ci": dict(_COMMON, dim=64, layers=2, heads=4, train_len=65, factors=[1, 2], steps=800, batch=32, warmup=50,
+    "ci": dict(_COMMON, dim=64, layers=2, heads=4, train_len=65, factors=[1, 2], steps=600, batch=32, warmup=50,
                seeds=[0], eval_rows=256, methods=["rope", "fox", "decay"], tasks=["flip_flop"]),
     "full": dict(_COMMON, dim=64, layers=2, heads=4, train_len=65, factors=[1, 2, 4], steps=1500, batch=32,
                  warmup=100, seeds=[0, 1, 2, 3, 4], eval_rows=512),
