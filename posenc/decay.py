@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ._validate import check_tensor
+from .forgetting import forget_bias
 from .mixers import HeadsMixer
 
 GATE_NORMALISER = 16  # GLA's gate_logit_normalizer: log a = logsigmoid(z) / 16, so a starts near 0.96
@@ -30,12 +30,7 @@ def decay_weights(scores: torch.Tensor, log_a: torch.Tensor) -> torch.Tensor:
     """``scores[batch, heads, seq, seq]`` (``q_i . k_j``) and ``log_a[batch, heads, seq]`` ->
     ``scores * exp(c_i - c_j)`` for ``j <= i``, 0 above the diagonal (``c = cumsum(log_a)`` in float32
     at least; the exponent is masked before ``exp``, so no overflow from the future)."""
-    check_tensor("log_a", log_a, min_dim=3)
-    c = log_a.to(torch.promote_types(log_a.dtype, torch.float32)).cumsum(-1)
-    seq = log_a.shape[-1]
-    future = torch.ones(seq, seq, dtype=torch.bool, device=log_a.device).triu(1)
-    decay = (c[..., :, None] - c[..., None, :]).masked_fill(future, float("-inf")).exp()
-    return scores * decay
+    return scores * forget_bias(log_a).exp()  # FoX's bias, exponentiated: exp(-inf) = 0 above the diagonal
 
 
 def decay_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, log_a: torch.Tensor) -> torch.Tensor:
