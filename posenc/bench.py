@@ -4,6 +4,7 @@
     python -m posenc.bench --size small    # quick look (seconds); --size tiny is for tests
     python -m posenc.bench --compile       # also time torch.compile'd RoPE (one-off compile reported)
     python -m posenc.bench --json out.json
+    python -m posenc.bench --device cuda --dtype bfloat16 --json gpu.json   # on a GPU (no memory probes)
 
 Every measurement is a ratio to a baseline timed in the same process, in interleaved rounds (median of
 the rounds), so that the ratios hold on any machine even where the absolute times do not; and every
@@ -87,16 +88,30 @@ def pin_fresh_pages(threshold: int = 128 * 1024) -> bool:
     return applied
 
 
+def _synchronize() -> None:
+    """Wait for queued GPU work, so that a call's time includes its kernels (no-op on a CPU)."""
+    if torch.get_default_device().type == "cuda":
+        torch.cuda.synchronize()
+
+
+def _precision() -> str:
+    """The default dtype every benchmark's tensors take, as the row labels print it (``fp32``...)."""
+    return {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}[torch.get_default_dtype()]
+
+
 def timed_rounds(candidates: dict, rounds: int, warmup: int = 2) -> dict[str, float]:
-    """Median seconds per call of each ``name -> fn``, timed in interleaved rounds."""
+    """Median seconds per call of each ``name -> fn``, timed in interleaved rounds (on a GPU, each call
+    is followed by a synchronisation, so its kernels are inside its time)."""
     for fn in candidates.values():
         for _ in range(warmup):
             fn()
+    _synchronize()
     times = {name: [] for name in candidates}
     for _ in range(rounds):
         for name, fn in candidates.items():
             start = time.perf_counter()
             fn()
+            _synchronize()
             times[name].append(time.perf_counter() - start)
     return {name: statistics.median(values) for name, values in times.items()}
 
@@ -144,7 +159,7 @@ def bench_rope(heads: int, seq: int, head_dim: int, rounds: int, compile_too: bo
                                                    - reference).abs().max().item()
         rows.append({
             "operation": f"apply_rope {'interleaved' if interleaved else 'half-split'} "
-                         f"[1, {heads}, {seq}, {head_dim}] fp32",
+                         f"[1, {heads}, {seq}, {head_dim}] {_precision()}",
             "seconds": seconds, "baseline": "copy (q.clone())", "alternative": "rotate_half formula",
             "max_abs_error_vs_float64": errors, "compile_seconds": compile_seconds,
         })
@@ -170,7 +185,7 @@ def bench_partial_rope(heads: int, seq: int, head_dim: int, rounds: int) -> list
         reference = torch.cat((_reference64(q[..., :rotary_dim], cos, sin, False), q[..., rotary_dim:].double()), -1)
         rows.append({
             "operation": f"apply_rope half-split, rotary_dim {rotary_dim} of {head_dim}, "
-                         f"[1, {heads}, {seq}, {head_dim}] fp32",
+                         f"[1, {heads}, {seq}, {head_dim}] {_precision()}",
             "seconds": seconds, "baseline": "copy (q.clone())", "alternative": obvious,
             "max_abs_error_vs_float64": {"posenc apply_rope": (apply_rope(q, cos, sin).double()
                                                                - reference).abs().max().item()},
@@ -239,7 +254,7 @@ def bench_alibi(heads: int, seq: int, head_dim: int, rounds: int, memory: bool,
     seconds = timed_rounds(candidates, rounds)
     fast = candidates["posenc alibi_attention"]()
     materialised = candidates["SDPA + materialised ALiBi bias"]()
-    row = {"operation": f"causal ALiBi attention, {heads} heads, T={seq}, head_dim {head_dim}, fp32",
+    row = {"operation": f"causal ALiBi attention, {heads} heads, T={seq}, head_dim {head_dim}, {_precision()}",
            "seconds": seconds, "baseline": "SDPA causal, no bias", "alternative": "SDPA + materialised ALiBi bias",
            "max_abs_error_vs_materialised": (fast - materialised).abs().max().item(),
            "inputs_bytes": 4 * heads * seq * head_dim * 4, "bias_bytes": heads * seq * seq * 4}
@@ -290,7 +305,7 @@ def bench_window_attention(heads: int, seq: int, head_dim: int, window: int, rou
         candidates[BLOCK_SPARSE] = lambda: block_sparse_attention(q, k, v, window=window)
     reference = _eager_attention(q.double(), k.double(), v.double(), sliding_window_mask(seq, seq, window))
     return [_attention_row(f"sliding-window attention (window {window}), {heads} heads, T={seq}, "
-                           f"head_dim {head_dim}, fp32", candidates, "posenc window mask + SDPA", reference, rounds)]
+                           f"head_dim {head_dim}, {_precision()}", candidates, "posenc window mask + SDPA", reference, rounds)]
 
 
 BLOCK_SPARSE = "posenc block_sparse (FlexAttention)"
@@ -311,12 +326,12 @@ def bench_sink_attention(heads: int, seq: int, head_dim: int, rounds: int) -> li
         candidates["posenc block_sparse, causal, no sinks"] = lambda: block_sparse_attention(q, k, v)
     reference = _eager_attention(q.double(), k.double(), v.double(), causal_mask(seq, seq), sinks.double())
     return [_attention_row(f"causal attention with learned sinks, {heads} heads, T={seq}, head_dim {head_dim}, "
-                           f"fp32", candidates, "posenc sink_attention", reference, rounds)]
+                           f"{_precision()}", candidates, "posenc sink_attention", reference, rounds)]
 
 
 def bench_train_step(dim: int, layers: int, heads: int, seq: int, batch: int, rounds: int) -> list[dict]:
     generator = torch.Generator().manual_seed(0)
-    tokens = torch.randint(0, 256, (batch, seq + 1), generator=generator)
+    tokens = torch.randint(0, 256, (batch, seq + 1), generator=generator, device="cpu").to(torch.get_default_device())
     candidates = {}
     for method in POSITION_METHODS:
         torch.manual_seed(0)
@@ -351,7 +366,7 @@ def bench_mask_curve(heads: int, head_dim: int, window: int, lengths, rounds: in
             candidates["block_sparse window"] = lambda: block_sparse_attention(q, k, v, window=window)
             candidates["block_sparse chunk"] = lambda: block_sparse_attention(q, k, v, chunk=window)
         rows.append({"operation": f"mask cost curve: window / chunk {window}, {heads} heads, T={seq}, "
-                                  f"head_dim {head_dim}, fp32", "seconds": timed_rounds(candidates, rounds),
+                                  f"head_dim {head_dim}, {_precision()}", "seconds": timed_rounds(candidates, rounds),
                      "baseline": "SDPA causal (full, no sinks)", "alternative": None, "seq": seq})
     return rows
 
@@ -442,7 +457,8 @@ def run(size: str = "issue", *, compile_too: bool = False, memory: bool = True) 
                              config["rounds"])
     rows += bench_layer(config["layer_dim"], config["alibi"][0], config["window"], config["curve"], config["rounds"])
     rows += bench_train_step(**config["train"], rounds=max(3, config["rounds"]))
-    result = {"environment": environment(), "size": size, "rows": rows}
+    result = {"environment": environment(), "size": size, "rows": rows,
+              "device": str(torch.get_default_device()), "dtype": _precision()}
     result["goals"] = goals(result)
     return result
 
@@ -452,7 +468,8 @@ def environment_line(result: dict) -> str:
     env = result["environment"]
     return (f"posenc {env['posenc']}, torch {env['torch']}, Python {env['python']}, "
             f"{env['processor']}, {env['cpu_count']} CPUs, {env['torch_threads']} torch threads, "
-            f"allocator: {env.get('allocator', 'as the process found it')}")
+            f"allocator: {env.get('allocator', 'as the process found it')}"
+            + (f", on {env['gpu']} ({result.get('dtype', 'fp32')})" if result.get("device", "cpu") != "cpu" else ""))
 
 
 def _note(row: dict, name: str) -> str:
@@ -513,10 +530,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory probes")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     parser.add_argument("--json", default=None, help="also write the result to this JSON file")
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
+                        help="where every tensor is made (cuda: synchronised timings, no memory probes)")
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"],
+                        help="every tensor's dtype (float64 references are computed regardless)")
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    result = run(args.size, compile_too=args.compile, memory=not args.no_memory)
+    torch.set_default_device(args.device)
+    torch.set_default_dtype(getattr(torch, args.dtype))
+    result = run(args.size, compile_too=args.compile, memory=not args.no_memory and args.device == "cpu")
     print(format_table(result))
     if args.json:
         with open(args.json, "w") as f:

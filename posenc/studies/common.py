@@ -13,6 +13,8 @@ import torch.distributed as dist
 
 from .. import data, evaluate, tasks
 from ..passkey import effective_length, passkey_grid, with_passkeys
+from ..decay import DecayLayer
+from ..forgetting import ForgettingAttention
 from ..model import TransformerLM
 from ..plan import LayerSpec, every_nth
 from ..train import TrainConfig, train_model
@@ -146,6 +148,42 @@ def next_run_by_seed(config: dict, runs: list[dict]) -> dict | None:
             if (method, seed) not in done:
                 return {"method": method, "seed": seed}
     return None
+
+
+@torch.no_grad()
+def layer_log_gates(model, tokens: torch.Tensor) -> list[tuple[int, torch.Tensor]]:
+    """``[(layer index, log gate [batch, heads, T])]`` for every layer of ``model`` whose mixer has a
+    data-dependent gate: FoX's forget gates (``ForgettingAttention.log_forget``) and the decay layer's
+    decays (``DecayLayer.log_decay``), each computed on that layer's own input. ``tokens``: [batch, T]."""
+    model.eval()
+    x, out = model.token_embedding(tokens.to(next(model.parameters()).device)), []
+    for index, block in enumerate(model.blocks):
+        h = block.ln_attn(x)
+        if block.conv is not None:
+            h = block.conv(h)
+        if isinstance(block.attn, ForgettingAttention):
+            out.append((index, block.attn.log_forget(h).float()))
+        elif isinstance(block.attn, DecayLayer):
+            out.append((index, block.attn.log_decay(h).float()))
+        x = block(x)
+    return out
+
+
+def gate_half_lives(model, tokens: torch.Tensor, skip: int = 1) -> list[dict]:
+    """Each gated layer's effective window per head on ``tokens`` ([batch, T]; the first ``skip``
+    positions left out, the BOS token): ``mean_log_gate`` (nats a token; a constant gate ``f`` is
+    ALiBi with slope ``-ln f``), ``half_life`` (``ln 2 / -mean_log_gate`` tokens: how far back the
+    mean gate halves a key's weight; ``None`` where the mean gate rounds to 1) and the gate's 10th,
+    50th and 90th percentiles."""
+    out = []
+    for index, log_gates in layer_log_gates(model, tokens):
+        per_head = log_gates[:, :, skip:].transpose(0, 1).flatten(1).double().cpu()  # [heads, tokens]
+        mean = per_head.mean(-1)
+        quantiles = per_head.exp().quantile(torch.tensor([0.1, 0.5, 0.9], dtype=torch.float64), dim=-1)
+        out.append({"layer": index, "mean_log_gate": rounded(mean.tolist(), 5),
+                    "half_life": [round(math.log(2) / -m, 2) if m < -1e-9 else None for m in mean.tolist()],
+                    "gate_quantiles": [rounded(q.tolist(), 4) for q in quantiles.T]})
+    return out
 
 
 def train_recorded(model: torch.nn.Module, batch_fn, config: dict, *, lr: float, seed: int) -> dict:

@@ -40,7 +40,7 @@ import torch
 from .. import data, evaluate, probes, tasks
 from ..attention import POSITION_METHODS
 from ..stats import clopper_pearson, paired_family, paired_interval, t_interval
-from .common import (MIXER_METHODS, PROBES, copy_by_distance, distance_range, make_model, over_seeds, paired_seed_interval, positive_control,  # noqa: F401
+from .common import (MIXER_METHODS, PROBES, copy_by_distance, distance_range, gate_half_lives, make_model, over_seeds, paired_seed_interval, positive_control,  # noqa: F401
                      probe_batch, rank, retrieval, rounded, save_checkpoint, score_lengths, task_mixture,
                      train_recorded, training_tokens)
 from .context_extension import extension_recipe
@@ -222,6 +222,12 @@ def run(config: dict, key: dict, checkpoint_dir: Path | None) -> dict:
                                 bos=tasks.BOS, context_use=True))
     if initial is not None:
         result["probes"] = position_readings(model, initial, validation, config)
+    if method in MIXER_METHODS:  # the effective window of each learned gate, on text windows (BOS first)
+        starts = evaluate.window_starts(validation.numel(), L, 64)
+        text = validation[starts[:, None] + torch.arange(L - 1)]
+        gates = gate_half_lives(model, torch.cat([torch.full((len(text), 1), tasks.BOS), text], dim=1))
+        if gates:
+            result["gates"] = gates
     if method == "rope" and config.get("rope_extensions", True):
         weights = model.state_dict()
         result["rope_extensions"] = {}

@@ -26,9 +26,7 @@ from pathlib import Path
 import torch
 
 from .. import diagnostics, evaluate
-from ..decay import DecayLayer
-from ..forgetting import ForgettingAttention
-from .common import MIXER_METHODS, make_model, rank, rounded, train_recorded
+from .common import MIXER_METHODS, layer_log_gates, make_model, rank, rounded, train_recorded
 
 TASKS = ("flip_flop", "selective_copy", "counting")
 _COMMON = dict(methods=["rope", "alibi", "none", *MIXER_METHODS], tasks=list(TASKS), decay="linear",
@@ -85,24 +83,16 @@ def scores(model, config: dict, task: str) -> tuple[dict, dict]:
 TOKEN_KINDS = {"w": diagnostics.WRITE, "r": diagnostics.READ, "i": diagnostics.SKIP}
 
 
-@torch.no_grad()
 def gates_by_token(model, tokens: torch.Tensor) -> list[dict] | None:
     """Per layer with a forget gate or a decay: ``{kind: [mean gate per head]}`` over the flip-flop
     ``tokens`` of each kind (``"w"``, ``"r"``, ``"i"``, and ``"bit"`` for the bits); ``None`` for a
     model without such layers. A gate near 0 at ``w`` closes the past at every write."""
-    model.eval()
-    x, out = model.token_embedding(tokens), []
     kinds = {kind: tokens == token for kind, token in TOKEN_KINDS.items()}
     kinds["bit"] = (tokens == diagnostics.ZERO) | (tokens == diagnostics.ONE)
-    for block in model.blocks:
-        h = block.ln_attn(x)
-        if block.conv is not None:
-            h = block.conv(h)
-        if isinstance(block.attn, (ForgettingAttention, DecayLayer)):
-            gates = block.attn.forget_gates(h) if isinstance(block.attn, ForgettingAttention) else block.attn.decays(h)
-            out.append({kind: rounded(gates.transpose(0, 1)[:, where].mean(-1).tolist(), 3)  # [heads]
-                        for kind, where in kinds.items()})
-        x = block(x)
+    out = []
+    for _, log_gates in layer_log_gates(model, tokens):  # [batch, heads, T]
+        gates = log_gates.exp().transpose(0, 1).cpu()  # [heads, batch, T]
+        out.append({kind: rounded(gates[:, where].mean(-1).tolist(), 3) for kind, where in kinds.items()})
     return out or None
 
 
