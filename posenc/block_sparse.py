@@ -70,6 +70,11 @@ def _score_mod(slopes: torch.Tensor | None, sinks: torch.Tensor | None, k_len: i
 
 
 _COMPILED: dict = {}
+# One compiled kernel per mask, score modification, shape and dtype. PyTorch keeps at most 8 versions of a
+# compiled function by default and runs the ninth uncompiled: FlexAttention in eager mode, which computes
+# every score (posenc.bench on an H100 ran its ninth and later versions at about 21 ms at T = 8,192, the
+# eighth at 0.4 ms). A model has a few masks and lengths; a benchmark sweeping them has more.
+COMPILED_VERSIONS = 64
 
 
 def _flex():
@@ -128,7 +133,8 @@ def block_sparse_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
         k, v = F.pad(k, (0, 0, 0, 1)), F.pad(v, (0, 0, 0, 1))
     mask = block_mask(seq, window=window, chunk=chunk, sink=sink, device=str(q.device))
     try:
-        return flex(q, k, v, score_mod=_score_mod(slopes, sinks, seq), block_mask=mask, scale=scale)
+        with torch._dynamo.config.patch(recompile_limit=COMPILED_VERSIONS):
+            return flex(q, k, v, score_mod=_score_mod(slopes, sinks, seq), block_mask=mask, scale=scale)
     except Exception as error:  # no C compiler, or an unsupported platform: the dense path from now on
         _COMPILED["failed"] = True
         warnings.warn(f"compiling FlexAttention failed ({type(error).__name__}); block_sparse_attention uses "

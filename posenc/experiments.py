@@ -155,9 +155,9 @@ def merge_records(records: list[dict]) -> dict:
         if other.get("corpus") != first.get("corpus"):
             raise ValueError("records were written from different corpora")
     runs = sorted((run for record in records for run in record["runs"]), key=lambda run: run["seed"])
-    keys = [tuple((k, run[k]) for k in ("method", "seed", "lr") if k in run) for run in runs]
+    keys = [tuple((k, run[k]) for k in ("task", "method", "seed", "lr") if k in run) for run in runs]
     if len(set(keys)) != len(keys):
-        raise ValueError("records share runs (the same method, seed and learning rate)")
+        raise ValueError("records share runs (the same task, method, seed and learning rate)")
     seeds = sorted({run["seed"] for run in runs})
     config = {**first["config"], "seeds": seeds}
     if "methods" in first["config"]:

@@ -90,3 +90,25 @@ def test_the_tiny_study_scores_every_reading_and_reads_the_gates(tmp_path):
         assert abs(float((ops == ord("i")).float().mean()) - p_ignore) < 0.01  # Liu et al.'s mixes
         reads, writes = float((ops == ord("r")).float().mean()), float((ops == ord("w")).float().mean())
         assert abs(reads - writes) < 0.02 and abs(reads - (1 - p_ignore) / 2) < 0.01
+
+
+def test_the_readers_count_controls_and_pair_seeds():
+    from posenc.studies import diagnostics as study
+
+    def run(task, method, seed, at_l, at_2l):
+        return {"task": task, "method": method, "seed": seed, "scores": {"L": at_l, "2L": at_2l},
+                "gates": [{"w": [0.1 * seed, 0.2], "i": [0.9, 1.0]}]}
+
+    runs = [run("counting", "a", s, 1.0, 0.5 + 0.1 * s) for s in range(3)]
+    runs += [run("counting", "b", s, [0.96, 0.9, 0.99][s], 0.1 * s) for s in range(3)]
+    record = {"config": {"tasks": ["counting"], "methods": ["a", "b"]}, "runs": runs}
+    controls = study.controls(record)["counting"]
+    assert controls["a"]["passed"] == 3 and controls["b"]["passed"] == 2  # 0.9 < 0.95
+    assert controls["b"]["accuracy"] == [0.96, 0.9, 0.99]
+    mean, low, high = study.table(record, "counting")["a"]["2L"]  # 0.5, 0.6, 0.7
+    assert mean == pytest.approx(0.6) and high - mean == pytest.approx(4.303 * 0.1 / 3 ** 0.5, rel=1e-3)
+    family = study.compare(record, {"a - b": (("counting", "a", "2L"), ("counting", "b", "2L"))})
+    low, high = family["a - b"]["interval"][1:]
+    assert low == pytest.approx(0.5) == high  # a - b is 0.5 on every seed: no spread
+    gates = study.gate_table(record, "a", task="counting")
+    assert gates[0]["w"] == pytest.approx([0.1, 0.2]) and gates[0]["i"] == pytest.approx([0.9, 1.0])

@@ -126,6 +126,10 @@ def test_merge_records_joins_parts_of_one_study():
     assert [p["seeds"] for p in merged["parts"]] == [[0, 1, 2], [3, 4]]
     with pytest.raises(ValueError, match="share runs"):
         merge_records([part([0, 1], [0, 1], 1.0), part([1], [1], 1.0)])
+    tasks = [part([0], [0], 1.0), part([0], [0], 1.0)]  # the diagnostics study: one run per task
+    for record, task in zip(tasks, ("flip_flop", "counting")):
+        record["runs"][0]["task"] = task
+    assert [run["task"] for run in merge_records(tasks)["runs"]] == ["flip_flop", "counting"]
     other = part([3], [3], 1.0)
     other["config"]["steps"] = 6
     with pytest.raises(ValueError, match="different configurations"):

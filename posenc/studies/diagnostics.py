@@ -26,7 +26,8 @@ from pathlib import Path
 import torch
 
 from .. import diagnostics, evaluate
-from .common import MIXER_METHODS, layer_log_gates, make_model, rank, rounded, train_recorded
+from ..stats import paired_family, t_interval
+from .common import MIXER_METHODS, layer_log_gates, make_model, over_seeds, rank, rounded, train_recorded
 
 TASKS = ("flip_flop", "selective_copy", "counting")
 _COMMON = dict(methods=["rope", "alibi", "none", *MIXER_METHODS], tasks=list(TASKS), decay="linear",
@@ -115,3 +116,61 @@ def run(config: dict, key: dict, checkpoint_dir: Path | None) -> dict:
         result["gates"] = gates
     result["evaluation_seconds"] = time.perf_counter() - start
     return result
+
+
+# ---- reading the records: controls first, then intervals over seeds and paired comparisons ----------
+
+CONTROL_THRESHOLD = 0.95  # token accuracy on the answers at the training length (and mix)
+
+
+def task_runs(record: dict, task: str) -> list[dict]:
+    """The runs of one task (each method and seed once)."""
+    return [run for run in record["runs"] if run["task"] == task]
+
+
+def _per_seed(record: dict, task: str, method: str, reading: str) -> dict:
+    return over_seeds(record, "scores", reading, method=method, runs=task_runs(record, task))
+
+
+def controls(record: dict, threshold: float = CONTROL_THRESHOLD) -> dict:
+    """``{task: {method: {"passed", "seeds", "accuracy": [per seed]}}}``: the positive control of every
+    task, accuracy at the training length (and, for flip-flop, the training mix) at least ``threshold``."""
+    out = {}
+    for task in record["config"]["tasks"]:
+        out[task] = {}
+        for method in record["config"]["methods"]:
+            values = _per_seed(record, task, method, "L")
+            out[task][method] = {"passed": sum(v >= threshold for v in values.values()), "seeds": len(values),
+                                 "accuracy": [values[s] for s in sorted(values)]}
+    return out
+
+
+def table(record: dict, task: str) -> dict:
+    """``{method: {reading: (mean, low, high)}}``: the 95% t-interval over seeds of each reading's
+    accuracy (cut to [0, 1]), every seed included whether it passed its control or not."""
+    out = {}
+    for method in record["config"]["methods"]:
+        out[method] = {}
+        for reading in task_runs(record, task)[0]["scores"]:
+            values = list(_per_seed(record, task, method, reading).values())
+            mean, low, high = t_interval(values)
+            out[method][reading] = (mean, max(0.0, low), min(1.0, high))
+    return out
+
+
+def compare(record: dict, tests: dict, level: float = 0.05) -> dict:
+    """A family of paired comparisons with Holm's correction, as ``context_use.compare``: ``tests`` is
+    ``{label: ((task, method_a, reading), (task, method_b, reading))}``; seeds pair across methods."""
+    return paired_family({label: (_per_seed(record, *a), _per_seed(record, *b)) for label, (a, b) in tests.items()},
+                         level)
+
+
+def gate_table(record: dict, method: str, task: str = "flip_flop") -> dict:
+    """``{layer: {kind: [mean over seeds of each head's mean gate]}}`` of ``method``'s models trained on
+    ``task``, read on flip-flop tokens (``gates_by_token``): ``"w"``, ``"r"``, ``"i"``, ``"bit"``."""
+    runs = [run for run in task_runs(record, task) if run["method"] == method]
+    out = {}
+    for layer in range(len(runs[0]["gates"])):
+        out[layer] = {kind: [sum(run["gates"][layer][kind][h] for run in runs) / len(runs) for h in
+                             range(len(heads))] for kind, heads in runs[0]["gates"][layer].items()}
+    return out
