@@ -12,7 +12,7 @@ Each returns ``(tokens, targets)``, two LongTensors ``[batch, length]`` in bytes
   forget gate can do by closing at writes.
 - ``selective_copy`` (Gu and Dao 2023, the Mamba paper): a few data symbols scattered among noise (``.``),
   then ``|`` and the data symbols again, in order. Order among the data matters, distance does not.
-- ``counting`` (the counting task of CoPE, Golovneva et al. 2024): segments of symbols separated by ``|``;
+- ``counting`` (in the spirit of the counting tasks of CoPE, Golovneva et al. 2024, not their exact task): segments of symbols separated by ``|``;
   after ``?`` and a symbol, the answer is how many times that symbol occurs in the last segment, a digit.
   Positions that count *symbols* rather than tokens solve it directly.
 """
