@@ -234,6 +234,15 @@ def over_seeds(record: dict, *path, method: str | None = None, runs: list[dict] 
     return values
 
 
+def rate_interval(values: dict) -> tuple[float, float, float] | None:
+    """The t-interval of a rate over seeds, cut to [0, 1] (few seeds that disagree give a t-interval
+    reaching past the range a rate can take); ``None`` without values."""
+    if not values:
+        return None
+    mean, low, high = t_interval(list(values.values()))
+    return mean, max(0.0, low), min(1.0, high)
+
+
 def seed_interval(record: dict, *path, level: float = 0.95, **selection) -> tuple[float, float, float]:
     """``(mean, low, high)``: the Student-t interval over seeds of ``over_seeds(record, *path, ...)``."""
     values = over_seeds(record, *path, **selection)

@@ -40,7 +40,7 @@ import torch
 from .. import data, evaluate, probes, tasks
 from ..attention import POSITION_METHODS
 from ..stats import clopper_pearson, paired_family, paired_interval, t_interval
-from .common import (MIXER_METHODS, PROBES, copy_by_distance, distance_range, gate_half_lives, make_model, over_seeds, paired_seed_interval, positive_control,  # noqa: F401
+from .common import (MIXER_METHODS, PROBES, copy_by_distance, distance_range, gate_half_lives, make_model, rate_interval, over_seeds, paired_seed_interval, positive_control,  # noqa: F401
                      probe_batch, rank, retrieval, rounded, save_checkpoint, score_lengths, task_mixture,
                      train_recorded, training_tokens)
 from .context_extension import extension_recipe
@@ -323,17 +323,8 @@ def retrieval_table(record: dict, part: str = "copy", measure: str = "token_accu
         out[method] = {}
         for n in lengths:
             values = over_seeds(record, "retrieval", part, str(n), measure, method=method, runs=runs)
-            out[method][n] = _rate_interval(values)
+            out[method][n] = rate_interval(values)
     return out
-
-
-def _rate_interval(values: dict) -> tuple[float, float, float] | None:
-    """The t-interval of a rate over seeds, cut to [0, 1] (few seeds that disagree give a t-interval
-    reaching past the range a rate can take); ``None`` without values."""
-    if not values:
-        return None
-    mean, low, high = t_interval(list(values.values()))
-    return mean, max(0.0, low), min(1.0, high)
 
 
 def paired_retrieval(record: dict, method_a: str, method_b: str, length: int, part: str = "copy",
@@ -414,7 +405,7 @@ def extension_table(record: dict, part: str = "copy", measure: str = "token_accu
         out[f"rope{reading}"] = {}
         for n in lengths:
             values = over_seeds(record, *retrieval_path(part + reading, n, measure), method="rope", runs=runs)
-            out[f"rope{reading}"][n] = _rate_interval(values)
+            out[f"rope{reading}"][n] = rate_interval(values)
     return out
 
 
@@ -554,9 +545,9 @@ def distance_table(record: dict, measure: str = "token_accuracy") -> dict:
     beyond = [f * config["train_len"] for f in config["factors"][1:]]
     out = {}
     for method in config["methods"]:
-        out[method] = {column: _rate_interval(over_seeds(record, "copy_by_distance", column, measure,
+        out[method] = {column: rate_interval(over_seeds(record, "copy_by_distance", column, measure,
                                                          method=method, runs=runs)) for column in bins}
-        out[method].update({n: _rate_interval(over_seeds(record, "retrieval", "copy", str(n), measure,
+        out[method].update({n: rate_interval(over_seeds(record, "retrieval", "copy", str(n), measure,
                                                          method=method, runs=runs)) for n in beyond})
     return out
 

@@ -26,8 +26,9 @@ from pathlib import Path
 import torch
 
 from .. import diagnostics, evaluate
-from ..stats import paired_family, t_interval
-from .common import MIXER_METHODS, layer_log_gates, make_model, over_seeds, rank, rounded, train_recorded
+from ..stats import paired_family
+from .common import (MIXER_METHODS, layer_log_gates, make_model, over_seeds, rank, rate_interval, rounded,
+                     train_recorded)
 
 TASKS = ("flip_flop", "selective_copy", "counting")
 _COMMON = dict(methods=["rope", "alibi", "none", *MIXER_METHODS], tasks=list(TASKS), decay="linear",
@@ -152,9 +153,7 @@ def table(record: dict, task: str) -> dict:
     for method in record["config"]["methods"]:
         out[method] = {}
         for reading in task_runs(record, task)[0]["scores"]:
-            values = list(_per_seed(record, task, method, reading).values())
-            mean, low, high = t_interval(values)
-            out[method][reading] = (mean, max(0.0, low), min(1.0, high))
+            out[method][reading] = rate_interval(_per_seed(record, task, method, reading))
     return out
 
 
