@@ -42,11 +42,16 @@ test: $(STAMP)
 lint: $(STAMP)
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/actionlint .github/workflows/*.yml
 
+# on every core at once (pytest-xdist), one torch thread per worker so that they do not oversubscribe the cores
 unit: $(STAMP)
-	$(BIN)/python -m pytest tests -q -m "not browser and not colab_all"
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest tests -q -m "not browser and not colab_all" -n auto
 
+# One notebook per core at once (pytest-xdist; a notebook's cells stay together on one worker), longest
+# first, each kernel with one torch thread. `make execute` uses one thread too: training's last digits
+# depend on the thread count, and nbval compares what it recomputes with what execute committed.
 notebooks: $(STAMP)
-	$(BIN)/python -m pytest --nbval -q --nbval-sanitize-with tests/nbval_sanitize.cfg $$($(BIN)/python tests/notebook_tools.py list)
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest --nbval -q -n auto --dist loadfile \
+		--nbval-sanitize-with tests/nbval_sanitize.cfg $$($(BIN)/python tests/notebook_tools.py list --heaviest-first)
 
 # Every chapter through the Colab path under a newer Python (python3.12, or $$POSENC_NEWER_PYTHON):
 # a Colab-like environment cached in .venv-newer/, each chapter's setup cell installing posenc.
@@ -58,7 +63,7 @@ browser: book
 	$(BIN)/python -m pytest tests/test_browser.py -q
 
 execute: $(STAMP)
-	$(BIN)/python tests/notebook_tools.py execute $(NB)
+	OMP_NUM_THREADS=1 $(BIN)/python tests/notebook_tools.py execute $(NB)
 
 clean:
 	rm -rf _build

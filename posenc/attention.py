@@ -123,7 +123,9 @@ class MultiHeadAttention(Float32Buffers):
     Kernels: with no score bias, window, chunk or sinks, PyTorch's fused causal kernel (``is_causal``, no
     mask built); ALiBi goes through ``alibi.alibi_attention``; otherwise the whole mask is passed to
     ``scaled_dot_product_attention`` as a 4-D ``[1, heads, q, k]`` float mask, the shape its fused CPU kernel
-    accepts (a 3-D mask falls back to the unfused math kernel); sinks through ``sink_attention``. The ALiBi
+    accepts (a 3-D mask falls back to the unfused math kernel). That holds at inference: a bias that needs a
+    gradient (a learned T5 table in training) makes PyTorch's CPU dispatcher take the math kernel whatever
+    the mask's shape. Sinks go through ``sink_attention``. The ALiBi
     ``slopes`` buffer stays float32 when the module is cast to half precision.
     """
 

@@ -348,7 +348,11 @@ def bench_train_step(dim: int, layers: int, heads: int, seq: int, batch: int, ro
         candidates[f"train step, {method}"] = step
     seconds = timed_rounds(candidates, rounds)
     return [{"operation": f"TransformerLM training step (width {dim}, {layers} layers, batch {batch} x {seq})",
-             "seconds": seconds, "baseline": "train step, none", "alternative": None}]
+             "seconds": seconds, "baseline": "train step, none", "alternative": None, "note": T5_TRAINING_NOTE}]
+
+
+T5_TRAINING_NOTE = ("t5: the learned bias needs a gradient in training, so SDPA runs its unfused math kernel "
+                    "on CPU (a fused kernel refuses a mask that requires grad); the other methods keep the fused one")
 
 
 def bench_mask_curve(heads: int, head_dim: int, window: int, lengths, rounds: int) -> list[dict]:
@@ -415,20 +419,35 @@ _GOAL_BASELINES = {"sinks": "posenc block_sparse, causal, no sinks", "ALiBi": "S
 
 def goals(result: dict) -> list[dict]:
     """Each goal of ``GOALS`` with its measured ratio and whether it is met (None where the result has
-    no such row or candidate, e.g. without a compiler or at a size that does not reach that T)."""
+    no such row or candidate, e.g. without a compiler or at a size that does not reach that T, or where
+    the row lists the candidate under ``"fallback"``: it ran another kernel than its name says)."""
     out = []
     for what, prefix, seq, candidate, bound in GOALS:
         baseline = next((name for key, name in _GOAL_BASELINES.items() if what.startswith(key)), None)
         ratio = None
         for row in result["rows"]:
             if row["operation"].startswith(prefix) and (seq is None or row.get("seq") == seq) \
-                    and candidate in row["seconds"]:
+                    and candidate in row["seconds"] and candidate not in row.get("fallback", ()):
                 base = row["seconds"][baseline or row["baseline"]]
                 ratio = row["seconds"][candidate] / base
                 break
         out.append({"goal": what, "at most": bound, "ratio": ratio,
                     "met": None if ratio is None else ratio <= bound})
     return out
+
+
+def cost_curves(result: dict) -> dict[str, dict[int, float]]:
+    """Seconds per call against T, ``{variant: {T: seconds}}``, from a result's "mask cost curve" rows
+    (full causal SDPA, and a window and chunks through the dense mask and through ``block_sparse``).
+    A variant that a row lists under ``"fallback"`` (it ran another kernel than its name says, e.g.
+    FlexAttention uncompiled) is left out at that T."""
+    curves: dict[str, dict[int, float]] = {}
+    for row in result["rows"]:
+        if row["operation"].startswith("mask cost curve"):
+            for name, seconds in row["seconds"].items():
+                if name not in row.get("fallback", ()):
+                    curves.setdefault(name, {})[row["seq"]] = seconds
+    return curves
 
 
 def environment() -> dict:
@@ -491,7 +510,7 @@ def row_cells(row: dict) -> dict:
 def row_notes(row: dict) -> list[str]:
     """What one operation reports besides its times: compile time, errors against the references and
     peak memory, one line each."""
-    notes = []
+    notes = [row["note"]] if row.get("note") else []
     if row.get("compile_seconds") is not None:
         notes.append(f"(one-off compilation: {row['compile_seconds']:.1f} s)")
     for name, error in row.get("max_abs_error_vs_float64", {}).items():

@@ -15,6 +15,8 @@ The four figures of the book:
   against RoPE's base;
 - ``recipe_scales(head_dim, train_len, factors)``: how much PI, dynamic NTK, YaRN and Llama 3 slow down each
   pair's frequency, against the scale factor, with YaRN's band boundaries;
+- ``longrope_factors()``: LongRoPE's searched factors, Phi-3.5-mini's short and long sets, beside PI, YaRN and
+  Llama 3 for the same head;
 - ``mask_gallery(seq)``: causal, sliding-window, chunked and sink masks, with what each lets the last
   query see and the key-value cache it implies;
 - ``mrope_layout(text, grids)``: Qwen2-VL's M-RoPE ids (t, h, w) along a text-image-video sequence, against
@@ -138,16 +140,31 @@ RECIPES = {"PI": lambda s, L: ({"rope_type": "linear", "factor": s}, None),
                                      "high_freq_factor": 4.0, "original_max_position_embeddings": L}, None)}
 
 
+def _yarn_bands(head_dim: int, base: float, train_len: int) -> tuple[torch.Tensor, int, int]:
+    """RoPE's float64 frequencies ``[head_dim // 2]``, and how many pairs YaRN keeps (wavelength under
+    ``train_len / 32``) and interpolates (over ``train_len``)."""
+    original = rope_frequencies(head_dim, base=base)[0].double()
+    wavelength = 2 * math.pi / original
+    return original, int((wavelength < train_len / 32).sum()), int((wavelength > train_len).sum())
+
+
+def _slowdown_layout(head_dim: int, base: float, train_len: int, kept: int, interpolated: int) -> dict:
+    """Axes of a pair-index against slow-down figure, with YaRN's two band boundaries dotted."""
+    return {"xaxis": {"title": {"text": f"pair index i (head_dim {head_dim}, base {base:g}, L {train_len:,})"}},
+            "yaxis": {"type": "log", "title": {"text": "slow-down of pair i: theta_i / theta_i'"}},
+            "shapes": [{"type": "line", "x0": x, "x1": x, "y0": 0, "y1": 1, "yref": "paper",
+                        "line": {"dash": "dot", "color": "#7f7f7f"}}
+                       for x in (kept - 0.5, head_dim // 2 - interpolated - 0.5)],
+            "margin": {"t": 40}}
+
+
 def recipe_scales(head_dim: int = 128, train_len: int = 8192, factors=(2, 4, 8, 16, 32),
                   base: float = 500000.0) -> tuple[list[dict], dict]:
     """Frames over the scale factor s: for each recipe, ``theta_i / theta_i'`` (how many times slower pair
     i turns after the recipe) against the pair index, with the pairs YaRN keeps (wavelength under
     ``L / 32``) and interpolates (over ``L``) marked. LongRoPE's factors are searched per model and
-    have no closed form, so it is not drawn."""
-    original = rope_frequencies(head_dim, base=base)[0].double()
-    wavelength = 2 * math.pi / original
-    kept = int((wavelength < train_len / 32).sum())
-    interpolated = int((wavelength > train_len).sum())
+    have no closed form: ``longrope_factors`` draws a published set for its own head."""
+    original, kept, interpolated = _yarn_bands(head_dim, base, train_len)
     frames = []
     for s in factors:
         data = []
@@ -159,12 +176,67 @@ def recipe_scales(head_dim: int = 128, train_len: int = 8192, factors=(2, 4, 8, 
         frames.append({"label": f"s = {s}", "data": data,
                        "title": f"s = {s}: pairs 0-{kept - 1} turn faster than L/32 (YaRN keeps them); "
                                 f"the last {interpolated} turn less than once in L (YaRN divides by s)"})
-    layout = {"xaxis": {"title": {"text": f"pair index i (head_dim {head_dim}, base {base:g}, L {train_len})"}},
-              "yaxis": {"type": "log", "title": {"text": "slow-down of pair i: theta_i / theta_i'"}},
-              "shapes": [{"type": "line", "x0": x, "x1": x, "y0": 0, "y1": 1, "yref": "paper",
-                          "line": {"dash": "dot", "color": "#7f7f7f"}} for x in (kept - 0.5, head_dim // 2 - interpolated - 0.5)],
-              "margin": {"t": 40}}
-    return frames, layout
+    return frames, _slowdown_layout(head_dim, base, train_len, kept, interpolated)
+
+
+# Phi-3.5-mini's LongRoPE (microsoft/Phi-3.5-mini-instruct's config.json: head_dim 3072 / 32 = 96, rope_theta
+# 10,000, original_max_position_embeddings 4,096, max_position_embeddings 131,072): one factor per pair, as the
+# config writes them.
+PHI35_MINI_LONGROPE = {
+    "head_dim": 96, "base": 10000.0, "original_max_position_embeddings": 4096, "max_position_embeddings": 131072,
+    "short_factor": [1.0, 1.0199999809265137, 1.0299999713897705, 1.0299999713897705, 1.0499999523162842, 1.0499999523162842,
+                    1.0499999523162842, 1.0499999523162842, 1.0499999523162842, 1.0699999332427979, 1.0999999046325684,
+                    1.1099998950958252, 1.1599998474121094, 1.1599998474121094, 1.1699998378753662, 1.2899998426437378,
+                    1.339999794960022, 1.679999828338623, 1.7899998426437378, 1.8199998140335083, 1.8499997854232788,
+                    1.8799997568130493, 1.9099997282028198, 1.9399996995925903, 1.9899996519088745, 2.0199997425079346,
+                    2.0199997425079346, 2.0199997425079346, 2.0199997425079346, 2.0199997425079346, 2.0199997425079346,
+                    2.0299997329711914, 2.0299997329711914, 2.0299997329711914, 2.0299997329711914, 2.0299997329711914,
+                    2.0299997329711914, 2.0299997329711914, 2.0299997329711914, 2.0299997329711914, 2.0799996852874756,
+                    2.0899996757507324, 2.189999580383301, 2.2199995517730713, 2.5899994373321533, 2.729999542236328,
+                    2.749999523162842, 2.8399994373321533],
+    "long_factor": [1.0800000429153442, 1.1100000143051147, 1.1399999856948853, 1.340000033378601, 1.5899999141693115,
+                   1.600000023841858, 1.6200000047683716, 2.620000123977661, 3.2300000190734863, 3.2300000190734863,
+                   4.789999961853027, 7.400000095367432, 7.700000286102295, 9.09000015258789, 12.199999809265137,
+                   17.670000076293945, 24.46000099182129, 28.57000160217285, 30.420001983642578, 30.840002059936523,
+                   32.590003967285156, 32.93000411987305, 42.320003509521484, 44.96000289916992, 50.340003967285156,
+                   50.45000457763672, 57.55000305175781, 57.93000411987305, 58.21000289916992, 60.1400032043457,
+                   62.61000442504883, 62.62000274658203, 62.71000289916992, 63.1400032043457, 63.1400032043457,
+                   63.77000427246094, 63.93000411987305, 63.96000289916992, 63.970001220703125, 64.02999877929688,
+                   64.06999969482422, 64.08000183105469, 64.12000274658203, 64.41000366210938, 64.4800033569336,
+                   64.51000213623047, 64.52999877929688, 64.83999633789062],
+}
+
+
+def longrope_factors(published: dict = PHI35_MINI_LONGROPE) -> tuple[list[dict], dict]:
+    """Frames over a LongRoPE model's two factor sets (short: used up to ``original_max_position_embeddings``;
+    long: beyond it): the slow-down ``theta_i / theta_i'`` of each pair, from ``rope_frequencies`` with the
+    published factors, beside PI, YaRN and Llama 3 at the model's own scale ``s = max / original`` for the
+    same head, with YaRN's band boundaries (wavelength under ``L / 32``, over ``L``) dotted."""
+    head_dim, base = published["head_dim"], published["base"]
+    train_len, longest = published["original_max_position_embeddings"], published["max_position_embeddings"]
+    s = longest / train_len
+    original, kept, interpolated = _yarn_bands(head_dim, base, train_len)
+    pairs = list(range(head_dim // 2))
+    references = []
+    for k, name in enumerate(("PI", "YaRN", "Llama 3")):
+        scaling, _ = RECIPES[name](s, train_len)
+        scaled = rope_frequencies(head_dim, base=base, scaling=scaling)[0].double()
+        references.append({"type": "scatter", "mode": "lines", "name": f"{name} at s = {s:g}", "x": pairs,
+                           "y": _rounded(original / scaled, 4), "line": {"color": COLORS[k], "dash": "dash"}})
+    longrope = {"rope_type": "longrope", "short_factor": published["short_factor"],
+                "long_factor": published["long_factor"], "original_max_position_embeddings": train_len,
+                "max_position_embeddings": longest}
+    frames = []
+    for label, seq_len, when in (("short factors", train_len, f"up to {train_len:,} tokens"),
+                                 ("long factors", longest, f"beyond {train_len:,} tokens")):
+        scaled = rope_frequencies(head_dim, base=base, scaling=longrope, seq_len=seq_len)[0].double()
+        slow = original / scaled
+        frames.append({"label": label, "data": [*references, {
+            "type": "scatter", "mode": "lines+markers", "name": f"LongRoPE, {label}", "x": pairs,
+            "y": _rounded(slow, 4), "line": {"color": COLORS[4], "width": 3}, "marker": {"size": 5}}],
+            "title": f"LongRoPE's {label} ({when}): pair slow-downs {float(slow.min()):.2f} to "
+                     f"{float(slow.max()):.2f}; PI slows every pair by {s:g}"})
+    return frames, _slowdown_layout(head_dim, base, train_len, kept, interpolated)
 
 
 def _masks(seq: int) -> dict:

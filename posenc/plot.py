@@ -58,3 +58,22 @@ def heatmap(ax, matrix, *, row_labels=None, col_labels=None, title: str = "", xl
     ax.set_ylabel(ylabel)
     ax.figure.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
     return image
+
+
+def cost_curves(ax, curves: dict, *, title: str = "", linestyle: str = "-") -> None:
+    """Milliseconds per call against T on log-log axes, one line per variant (``curves`` as
+    ``posenc.bench.cost_curves`` returns it, ``{variant: {T: seconds}}``), with grey guides through the
+    first curve's first point: dotted, cost growing like T; dashed, like T^2."""
+    for name, points in curves.items():
+        lengths = sorted(points)
+        ax.plot(lengths, [points[t] * 1e3 for t in lengths], marker="o", linestyle=linestyle, label=name)
+    first = next(iter(curves.values()))
+    t0, lengths = min(first), sorted({t for points in curves.values() for t in points})
+    for power, guide in ((1, ":"), (2, "--")):
+        ax.plot(lengths, [first[t0] * 1e3 * (t / t0) ** power for t in lengths], guide, color="grey",
+                linewidth=1, label=f"~ T^{power}" if power > 1 else "~ T")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("sequence length T")
+    ax.set_ylabel("ms per call")
+    ax.set_title(title)

@@ -1,6 +1,7 @@
 """Notebook helpers for the Makefile and the convention tests.
 
     python tests/notebook_tools.py list                  # notebooks in _toc.yml, in reading order
+    python tests/notebook_tools.py list --heaviest-first # the same, longest recorded run first
     python tests/notebook_tools.py execute [NB.ipynb...] # re-execute in place (default: all), print times
     python tests/notebook_tools.py set-repository [https://github.com/OWNER/REPO]  # see repository_url.py
     python tests/notebook_tools.py check-repository      # every copy of the repository URL agrees with _config.yml
@@ -46,6 +47,29 @@ def toc_notebooks() -> list[Path]:
     return [ROOT / f"{name}.ipynb" for name in toc_files() if (ROOT / f"{name}.ipynb").exists()]
 
 
+def recorded_seconds(path: Path) -> float:
+    """Seconds the notebook's cells took when it was last executed (nbclient's timing metadata in each
+    cell), 0 where none is recorded."""
+    import json
+    from datetime import datetime
+
+    def moment(stamp: str) -> datetime:
+        return datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+
+    total = 0.0
+    for cell in json.loads(path.read_text())["cells"]:
+        timing = cell.get("metadata", {}).get("execution", {})
+        if "iopub.execute_input" in timing and "shell.execute_reply" in timing:
+            total += (moment(timing["shell.execute_reply"]) - moment(timing["iopub.execute_input"])).total_seconds()
+    return total
+
+
+def heaviest_first(paths: list[Path]) -> list[Path]:
+    """``paths`` with the longest recorded run first: handed out in this order, notebooks run on several
+    workers finish close together (the longest-first rule), not with one long notebook started last."""
+    return sorted(paths, key=recorded_seconds, reverse=True)
+
+
 def execute(path: Path) -> float:
     """Run a notebook top to bottom in its own folder and save it with outputs; return seconds taken."""
     import nbformat
@@ -68,7 +92,8 @@ def main(argv: list[str]) -> None:
     if not argv or argv[0] not in ("list", "execute"):
         sys.exit(__doc__)
     if argv[0] == "list":
-        print("\n".join(str(p.relative_to(ROOT)) for p in toc_notebooks()))
+        paths = heaviest_first(toc_notebooks()) if "--heaviest-first" in argv else toc_notebooks()
+        print("\n".join(str(p.relative_to(ROOT)) for p in paths))
         return
     paths = [Path(p).resolve() for p in argv[1:]] or toc_notebooks()
     total = 0.0

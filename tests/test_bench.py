@@ -89,3 +89,50 @@ def test_peak_memory_probe_sees_a_quadratic_bias():
 def test_unknown_size_is_a_clear_error():
     with pytest.raises(ValueError, match="size must be one of"):
         bench.run("huge")
+
+
+def _curve_row(seq, seconds, fallback=()):
+    row = {"operation": f"mask cost curve: window / chunk 128, 8 heads, T={seq}, head_dim 64, fp32",
+           "seconds": seconds, "baseline": "SDPA causal (full, no sinks)", "alternative": None, "seq": seq}
+    return {**row, "fallback": list(fallback)} if fallback else row
+
+
+def test_cost_curves_and_goals_leave_out_what_ran_another_kernel():
+    full, window = "SDPA causal (full, no sinks)", "block_sparse window"
+    result = {"rows": [{"operation": "apply_rope half-split", "seconds": {"copy": 1.0}},
+                       _curve_row(2048, {full: 4.0, window: 1.0}),
+                       _curve_row(8192, {full: 64.0, window: 32.0}, fallback=[window])]}
+    assert bench.cost_curves(result) == {full: {2048: 4.0, 8192: 64.0}, window: {2048: 1.0}}
+    goals = {goal["goal"]: goal for goal in bench.goals(result)}
+    at_2048 = goals["sliding window 128 at T=2048, x full causal SDPA"]
+    assert at_2048["ratio"] == 0.25 and at_2048["met"] is True  # 1 / 4, at most 0.5
+    at_8192 = goals["sliding window 128 at T=8192, x full causal SDPA"]
+    assert at_8192["ratio"] is None and at_8192["met"] is None  # the fallback's 0.5 is not a measurement
+
+
+def test_committed_records_mark_the_gpu_rows_that_ran_uncompiled():
+    from importlib import resources
+
+    gpu = json.loads(resources.files("posenc").joinpath("results/bench_cuda_bf16.json").read_text())
+    curves = bench.cost_curves(gpu)
+    assert set(curves["block_sparse chunk"]) == {2048, 4096}  # 21 ms at 8,192: FlexAttention uncompiled
+    assert set(curves["block_sparse window"]) == {2048, 4096, 8192}
+    assert [goal["ratio"] for goal in gpu["goals"]] == [goal["ratio"] for goal in bench.goals(gpu)]
+
+
+def test_cost_curve_plot_draws_each_variant_in_ms_with_guides_through_the_first_point():
+    import matplotlib
+
+    matplotlib.use("agg")
+    import matplotlib.pyplot as plt
+
+    from posenc.plot import cost_curves
+
+    fig, ax = plt.subplots()
+    cost_curves(ax, {"full": {4096: 0.016, 2048: 0.004}, "window": {2048: 0.001, 4096: 0.002}})
+    lines = {line.get_label(): line for line in ax.get_lines()}
+    assert list(lines["full"].get_xdata()) == [2048, 4096] and list(lines["full"].get_ydata()) == [4.0, 16.0]
+    assert list(lines["window"].get_ydata()) == [1.0, 2.0]
+    assert list(lines["~ T^2"].get_ydata()) == [4.0, 16.0] and list(lines["~ T"].get_ydata()) == [4.0, 8.0]
+    assert ax.get_xscale() == "log" and ax.get_yscale() == "log" and ax.get_ylabel() == "ms per call"
+    plt.close(fig)

@@ -383,7 +383,7 @@ def test_printing_switches_a_dark_page_to_the_light_theme(server, browser):
 
 
 INTERACTIVE_PAGE = "notebooks/19_interactive.html"
-INTERACTIVE = ("rope-clock", "rope-base", "recipes", "masks", "mrope")
+INTERACTIVE = ("rope-clock", "rope-base", "recipes", "longrope", "masks", "mrope")
 
 
 def test_interactive_figures_draw_offline_and_follow_their_sliders(server, browser):

@@ -18,11 +18,12 @@ import subprocess
 import sys
 import sysconfig
 import venv
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
-from notebook_tools import ROOT, toc_notebooks
+from notebook_tools import ROOT, heaviest_first, toc_notebooks
 
 NOTEBOOK = ROOT / "notebooks" / "01_permutation_problem.ipynb"
 
@@ -84,14 +85,18 @@ def test_setup_cell_installs_posenc_in_a_fresh_environment(tmp_path):
 # standard library, so the numbers differ there. This test builds (once, cached in .venv-newer/) a
 # Colab-like environment for a second, newer interpreter: the CUDA build of torch that PyPI gives that
 # Python (it runs on the CPU), numpy, matplotlib, pandas and Jupyter's kernel, pinned in
-# tests/colab_requirements.txt, and no posenc. Each chapter then runs from a copy outside the checkout
-# with posenc uninstalled first, so its setup cell installs posenc from this checkout
-# (POSENC_INSTALL_SOURCE), as in Colab. Every assertion in every chapter must hold there too.
-# Which Python: $POSENC_NEWER_PYTHON, else python3.12 where one runs; skipped without one (outside CI).
-# With POSENC_COLAB_NEWEST set (the weekly workflow), the pins are dropped: the newest releases.
+# tests/colab_requirements.txt, and no posenc. Each chapter then runs from a copy outside the checkout, in
+# a fresh environment of its own that sees .venv-newer's packages (a .pth file, as in the test above) but
+# not posenc, so its setup cell installs posenc (POSENC_INSTALL_SOURCE: a wheel built once from this
+# checkout, since two pip builds in the checkout at once would collide), as in Colab. Every assertion in
+# every chapter must hold there too. Outputs are not compared (nbval does that, under 3.11), so the
+# chapters run COLAB_WORKERS at a time (default: one per CPU), one torch thread each (OMP_NUM_THREADS=1;
+# two kernels of two threads on two cores would oversubscribe them). Which Python: $POSENC_NEWER_PYTHON, else python3.12 where one runs; skipped
+# without one (outside CI). With POSENC_COLAB_NEWEST set (the weekly workflow), the pins are dropped.
 
 NEWER_VENV = ROOT / ".venv-newer"
 COLAB_REQUIREMENTS = ROOT / "tests" / "colab_requirements.txt"
+COLAB_WORKERS = int(os.environ.get("POSENC_COLAB_WORKERS") or os.cpu_count() or 1)
 
 
 def newer_python() -> str | None:
@@ -130,24 +135,54 @@ def newer_env(tmp_path_factory):
         stamp.write_text(wanted)
     home = tmp_path_factory.mktemp("colab-newer")
     env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("PYTHON", "VIRTUAL_ENV", "JUPYTER", "POSENC_", "PYENV"))}
-    env.update(POSENC_INSTALL_SOURCE=str(ROOT), PIP_DISABLE_PIP_VERSION_CHECK="1",
-               JUPYTER_PATH=str(home / "jupyter"), JUPYTER_DATA_DIR=str(home / "jupyter"),
-               JUPYTER_CONFIG_DIR=str(home / "jupyter"), IPYTHONDIR=str(home / "ipython"),
-               MPLBACKEND="agg", OMP_WAIT_POLICY="PASSIVE")
+           if not k.startswith(("PYTHON", "VIRTUAL_ENV", "JUPYTER", "POSENC_", "PYENV", "OMP_"))}
+    env.update(PIP_DISABLE_PIP_VERSION_CHECK="1", MPLBACKEND="agg", OMP_NUM_THREADS="1")
+    # posenc is never installed into the shared environment (an older version of this test did that)
+    subprocess.run([str(env_python), "-m", "pip", "uninstall", "--quiet", "--yes", "posenc"], env=env,
+                   capture_output=True)
+    built = run(env_python, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(home / "wheel"),
+                str(ROOT), env=env, cwd=home)
+    assert built.returncode == 0, built.stdout + built.stderr
+    (wheel,) = (home / "wheel").glob("posenc-*.whl")
+    env["POSENC_INSTALL_SOURCE"] = str(wheel)
     version = run(env_python, "-c", "import sys; print(sys.version.split()[0])", env=env, cwd=home)
     return env_python, env, version.stdout.strip()
 
 
+def run_chapter(newer: Path, env: dict, notebook: str, work: Path) -> tuple:
+    """One chapter through the Colab path in a fresh environment of its own: (posenc importable before
+    its setup cell ran?, the run)."""
+    work.mkdir(parents=True)
+    subprocess.run([str(newer), "-m", "venv", "--without-pip", str(work / "env")], check=True)
+    python = work / "env" / "bin" / "python"
+    paths = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
+    shared, own = (run(p, "-c", paths, env=env, cwd=work).stdout.strip() for p in (newer, python))
+    (Path(own) / "colab_preinstalled.pth").write_text(shared + "\n")  # Colab's preinstalled packages
+    env = {**env, "JUPYTER_PATH": str(work / "jupyter"), "JUPYTER_DATA_DIR": str(work / "jupyter"),
+           "JUPYTER_CONFIG_DIR": str(work / "jupyter"), "IPYTHONDIR": str(work / "ipython")}
+    before = run(python, "-c", "import posenc", env=env, cwd=work).returncode == 0
+    copy = work / notebook  # outside the checkout, as in Colab
+    shutil.copyfile(ROOT / "notebooks" / notebook, copy)
+    return before, run(python, "-c", EXECUTE, str(copy), str(work), env=env, cwd=work)
+
+
+@pytest.fixture(scope="module")
+def newer_runs(newer_env, tmp_path_factory):
+    """Every chapter started at once, COLAB_WORKERS at a time: {notebook: Future of run_chapter}."""
+    python, env, _ = newer_env
+    home = tmp_path_factory.mktemp("colab-chapters")
+    pool = ThreadPoolExecutor(max_workers=COLAB_WORKERS)
+    futures = {p.name: pool.submit(run_chapter, python, env, p.name, home / p.stem)
+               for p in heaviest_first(toc_notebooks())}
+    yield futures
+    pool.shutdown(cancel_futures=True)
+
+
 @pytest.mark.colab_all
 @pytest.mark.parametrize("notebook", [p.name for p in toc_notebooks()])
-def test_every_chapter_runs_under_a_newer_python(newer_env, notebook, tmp_path):
-    python, env, version = newer_env
+def test_every_chapter_runs_under_a_newer_python(newer_env, newer_runs, notebook):
+    version = newer_env[2]
     assert version.split(".")[:2] != ["3", "11"], version
-    subprocess.run([str(python), "-m", "pip", "uninstall", "--quiet", "--yes", "posenc"], env=env,
-                   capture_output=True)
-    assert run(python, "-c", "import posenc", env=env, cwd=tmp_path).returncode != 0
-    copy = tmp_path / notebook  # outside the checkout, as in Colab
-    shutil.copyfile(ROOT / "notebooks" / notebook, copy)
-    executed = run(python, "-c", EXECUTE, str(copy), str(tmp_path), env=env, cwd=tmp_path)
+    importable_before, executed = newer_runs[notebook].result()
+    assert not importable_before  # the setup cell, not the environment, provides posenc
     assert executed.returncode == 0, f"Python {version}: " + (executed.stdout + executed.stderr)[-6000:]

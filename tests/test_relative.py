@@ -46,3 +46,27 @@ def test_bias_module_looks_up_buckets_with_query_offset():
                 bucket = t5_relative_bucket(torch.tensor(j - (i + 3)), bidirectional=False, num_buckets=8,
                                             max_distance=16)
                 assert bias[h, i, j].item() == table[bucket, h].item()
+
+
+def test_a_learned_t5_bias_takes_the_math_kernel_in_training_and_the_fused_one_at_inference():
+    # what posenc.bench's T5_TRAINING_NOTE and chapter 5 say: PyTorch's CPU dispatcher refuses a mask that
+    # requires grad, so the fused kernel runs only when the bias needs no gradient
+    from torch.profiler import ProfilerActivity, profile
+
+    from posenc import TransformerLM
+
+    def kernels(fn):
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            fn()
+        return {e.key for e in prof.key_averages() if e.key.startswith("aten::_scaled_dot_product")}
+
+    torch.manual_seed(0)
+    x = torch.randint(0, 64, (2, 16))
+    for position, in_training in (("t5", "aten::_scaled_dot_product_attention_math"),
+                                  ("alibi", "aten::_scaled_dot_product_flash_attention_for_cpu")):
+        model = TransformerLM(64, 32, 1, 4, position=position)
+        training = kernels(lambda: model(x).sum().backward())
+        with torch.no_grad():
+            inference = kernels(lambda: model(x[:, :8]))
+        assert in_training in training, (position, training)
+        assert inference == {"aten::_scaled_dot_product_flash_attention_for_cpu"}, (position, inference)
