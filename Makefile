@@ -54,7 +54,8 @@ notebooks: $(STAMP)
 		--nbval-sanitize-with tests/nbval_sanitize.cfg $$($(BIN)/python tests/notebook_tools.py list --heaviest-first)
 
 # Every chapter through the Colab path under a newer Python (python3.12, or $$POSENC_NEWER_PYTHON):
-# a Colab-like environment cached in .venv-newer/, each chapter's setup cell installing posenc.
+# a Colab-like environment cached in ~/.cache/posenc/venv-newer ($$POSENC_NEWER_VENV), each chapter's setup
+# cell installing posenc, one chapter per core at once.
 colab-all: $(STAMP)
 	$(BIN)/python -m pytest tests/test_colab_path.py -q -m colab_all
 

@@ -204,7 +204,8 @@ def _alibi_case(name: str, heads: int, seq: int, head_dim: int):
         return lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True)
     if name == "SDPA + materialised ALiBi bias":
         # [1, heads, T, T]: the 4-D mask lets PyTorch's fused kernel run (a 3-D mask takes the math kernel).
-        bias = alibi_bias(heads, seq).masked_fill(~causal_mask(seq, seq), float("-inf"))[None]
+        # In q's dtype: a float32 bias beside bfloat16 q, k, v gave a wrong output on an H100 (error 3.7).
+        bias = alibi_bias(heads, seq).masked_fill(~causal_mask(seq, seq), float("-inf"))[None].to(q.dtype)
         return lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
     if name == "posenc alibi_attention":
         return lambda: alibi_attention(q, k, v)
@@ -420,14 +421,17 @@ _GOAL_BASELINES = {"sinks": "posenc block_sparse, causal, no sinks", "ALiBi": "S
 def goals(result: dict) -> list[dict]:
     """Each goal of ``GOALS`` with its measured ratio and whether it is met (None where the result has
     no such row or candidate, e.g. without a compiler or at a size that does not reach that T, or where
-    the row lists the candidate under ``"fallback"``: it ran another kernel than its name says)."""
+    the row lists the candidate or the baseline under ``"excluded"``, ``{variant: why}``: it ran another
+    kernel than its name says, or computed a wrong output)."""
     out = []
     for what, prefix, seq, candidate, bound in GOALS:
         baseline = next((name for key, name in _GOAL_BASELINES.items() if what.startswith(key)), None)
         ratio = None
         for row in result["rows"]:
             if row["operation"].startswith(prefix) and (seq is None or row.get("seq") == seq) \
-                    and candidate in row["seconds"] and candidate not in row.get("fallback", ()):
+                    and candidate in row["seconds"]:
+                if {candidate, baseline or row["baseline"]} & set(row.get("excluded", {})):
+                    break
                 base = row["seconds"][baseline or row["baseline"]]
                 ratio = row["seconds"][candidate] / base
                 break
@@ -439,13 +443,13 @@ def goals(result: dict) -> list[dict]:
 def cost_curves(result: dict) -> dict[str, dict[int, float]]:
     """Seconds per call against T, ``{variant: {T: seconds}}``, from a result's "mask cost curve" rows
     (full causal SDPA, and a window and chunks through the dense mask and through ``block_sparse``).
-    A variant that a row lists under ``"fallback"`` (it ran another kernel than its name says, e.g.
+    A variant that a row lists under ``"excluded"`` (it ran another kernel than its name says, e.g.
     FlexAttention uncompiled) is left out at that T."""
     curves: dict[str, dict[int, float]] = {}
     for row in result["rows"]:
         if row["operation"].startswith("mask cost curve"):
             for name, seconds in row["seconds"].items():
-                if name not in row.get("fallback", ()):
+                if name not in row.get("excluded", {}):
                     curves.setdefault(name, {})[row["seq"]] = seconds
     return curves
 
@@ -495,7 +499,9 @@ def _note(row: dict, name: str) -> str:
     if name == row["baseline"]:
         return "baseline"
     if row.get("alternative") and name != row["alternative"]:
-        return f"{row['seconds'][row['alternative']] / row['seconds'][name]:.1f}x faster than the alternative"
+        ratio = row["seconds"][row["alternative"]] / row["seconds"][name]
+        return f"{ratio:.1f}x faster than the alternative" if ratio >= 1 else \
+            f"{1 / ratio:.1f}x slower than the alternative"
     return ""
 
 

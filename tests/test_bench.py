@@ -91,23 +91,23 @@ def test_unknown_size_is_a_clear_error():
         bench.run("huge")
 
 
-def _curve_row(seq, seconds, fallback=()):
+def _curve_row(seq, seconds, excluded=()):
     row = {"operation": f"mask cost curve: window / chunk 128, 8 heads, T={seq}, head_dim 64, fp32",
            "seconds": seconds, "baseline": "SDPA causal (full, no sinks)", "alternative": None, "seq": seq}
-    return {**row, "fallback": list(fallback)} if fallback else row
+    return {**row, "excluded": {name: "ran uncompiled" for name in excluded}} if excluded else row
 
 
 def test_cost_curves_and_goals_leave_out_what_ran_another_kernel():
     full, window = "SDPA causal (full, no sinks)", "block_sparse window"
     result = {"rows": [{"operation": "apply_rope half-split", "seconds": {"copy": 1.0}},
                        _curve_row(2048, {full: 4.0, window: 1.0}),
-                       _curve_row(8192, {full: 64.0, window: 32.0}, fallback=[window])]}
+                       _curve_row(8192, {full: 64.0, window: 32.0}, excluded=[window])]}
     assert bench.cost_curves(result) == {full: {2048: 4.0, 8192: 64.0}, window: {2048: 1.0}}
     goals = {goal["goal"]: goal for goal in bench.goals(result)}
     at_2048 = goals["sliding window 128 at T=2048, x full causal SDPA"]
     assert at_2048["ratio"] == 0.25 and at_2048["met"] is True  # 1 / 4, at most 0.5
     at_8192 = goals["sliding window 128 at T=8192, x full causal SDPA"]
-    assert at_8192["ratio"] is None and at_8192["met"] is None  # the fallback's 0.5 is not a measurement
+    assert at_8192["ratio"] is None and at_8192["met"] is None  # the excluded 0.5 is not a measurement
 
 
 def test_committed_records_mark_the_gpu_rows_that_ran_uncompiled():

@@ -82,11 +82,12 @@ def test_setup_cell_installs_posenc_in_a_fresh_environment(tmp_path):
 # --- Every chapter through the Colab path under a newer Python -------------------------------------------
 #
 # Colab's Python is newer than the project's 3.11, and the corpus of chapters 10-16 is the running Python's
-# standard library, so the numbers differ there. This test builds (once, cached in .venv-newer/) a
+# standard library, so the numbers differ there. This test builds (once, cached outside the checkout in
+# ~/.cache/posenc/venv-newer, or $POSENC_NEWER_VENV, so that every clone on a machine reuses it) a
 # Colab-like environment for a second, newer interpreter: the CUDA build of torch that PyPI gives that
 # Python (it runs on the CPU), numpy, matplotlib, pandas and Jupyter's kernel, pinned in
 # tests/colab_requirements.txt, and no posenc. Each chapter then runs from a copy outside the checkout, in
-# a fresh environment of its own that sees .venv-newer's packages (a .pth file, as in the test above) but
+# a fresh environment of its own that sees that environment's packages (a .pth file, as in the test above) but
 # not posenc, so its setup cell installs posenc (POSENC_INSTALL_SOURCE: a wheel built once from this
 # checkout, since two pip builds in the checkout at once would collide), as in Colab. Every assertion in
 # every chapter must hold there too. Outputs are not compared (nbval does that, under 3.11), so the
@@ -94,7 +95,8 @@ def test_setup_cell_installs_posenc_in_a_fresh_environment(tmp_path):
 # two kernels of two threads on two cores would oversubscribe them). Which Python: $POSENC_NEWER_PYTHON, else python3.12 where one runs; skipped
 # without one (outside CI). With POSENC_COLAB_NEWEST set (the weekly workflow), the pins are dropped.
 
-NEWER_VENV = ROOT / ".venv-newer"
+NEWER_VENV = Path(os.environ.get("POSENC_NEWER_VENV")
+                  or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "posenc" / "venv-newer")
 COLAB_REQUIREMENTS = ROOT / "tests" / "colab_requirements.txt"
 COLAB_WORKERS = int(os.environ.get("POSENC_COLAB_WORKERS") or os.cpu_count() or 1)
 
@@ -126,6 +128,7 @@ def newer_env(tmp_path_factory):
     wanted = f"{python}\n{requirements}"
     if not (stamp.is_file() and stamp.read_text() == wanted):
         shutil.rmtree(NEWER_VENV, ignore_errors=True)
+        NEWER_VENV.parent.mkdir(parents=True, exist_ok=True)
         subprocess.run([python, "-m", "venv", str(NEWER_VENV)], check=True)
         pip = [str(env_python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
         listed = NEWER_VENV / "requirements.txt"
