@@ -11,7 +11,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: book test lint unit notebooks colab-all browser execute clean venv
+.PHONY: book test test-portable lint unit notebooks colab-all browser execute clean venv
 
 venv: $(STAMP)
 
@@ -58,6 +58,19 @@ notebooks: $(STAMP)
 # cell installing posenc, one chapter per core at once.
 colab-all: $(STAMP)
 	$(BIN)/python -m pytest tests/test_colab_path.py -q -m colab_all
+
+# The unit tests and the nbval comparisons again, with other low-order bits: ATen's kernels without vector
+# instructions (ATEN_CPU_CAPABILITY=default: other summation orders in softmax, reductions, sin/exp, the SDPA
+# kernel) and MKL's matmul in its reproducible COMPATIBLE mode (another blocking). Each changes the bits of
+# the same computations on this machine (checked: matmul, softmax, SDPA, cdist, sin); a tolerance set at one
+# machine's round-off, or a printed digit that is not stable, fails here as it would on another CPU. (It
+# also changes torch.randn's float32 draws, and PyTorch has no CPU FlexAttention kernel without vector
+# instructions: posenc.block_sparse takes its dense path here.)
+PORTABLE := ATEN_CPU_CAPABILITY=default MKL_CBWR=COMPATIBLE
+test-portable: $(STAMP)
+	@mkdir -p _build
+	@start=$$(date +%s); status=0; $(PORTABLE) $(MAKE) --no-print-directory --keep-going unit notebooks || status=$$?; \
+		echo "test-portable ($(PORTABLE)): $$(( $$(date +%s) - start )) s" | tee _build/portable-time.txt; exit $$status
 
 # The built book in headless Chromium: every toc page, offline, screenshots in _build/browser/
 browser: book

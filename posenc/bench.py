@@ -49,7 +49,7 @@ import torch.nn.functional as F
 from . import experiments
 from .alibi import alibi_attention, alibi_bias, alibi_slopes, causal_mask
 from .attention import POSITION_METHODS, MultiHeadAttention
-from .block_sparse import block_sparse_attention, dense_attention
+from .block_sparse import block_sparse_attention, dense_attention, kernel_available
 from .masks import sliding_window_mask
 from .model import TransformerLM
 from .rope import apply_rope, compile_apply_rope, rope_cos_sin, rope_formula, rope_frequencies
@@ -461,9 +461,11 @@ def environment() -> dict:
 
 
 def _has_compiler() -> bool:
+    """A C compiler on the PATH and a FlexAttention kernel for the default device on this machine."""
     from shutil import which
 
-    return any(which(c) for c in ("cc", "gcc", "clang", "c++", "g++"))
+    return (any(which(c) for c in ("cc", "gcc", "clang", "c++", "g++"))
+            and kernel_available(torch.get_default_device()))
 
 
 def run(size: str = "issue", *, compile_too: bool = False, memory: bool = True) -> dict:

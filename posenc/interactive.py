@@ -41,6 +41,19 @@ def _rounded(values, digits: int = 5) -> list:
     return [round(float(v), digits) for v in values]
 
 
+def _significant(values, digits: int = 3) -> list:
+    """Each value to ``digits`` significant digits: the ratios of two float32 frequency tables differ in
+    their last bits from one CPU to another (float32 ``pow``), far below what a figure can show."""
+    return [float(f"{float(v):.{digits}g}") for v in values]
+
+
+def _inv_freq64(head_dim: int, base: float) -> torch.Tensor:
+    """Plain RoPE's ``base ** (-2i / head_dim)`` in float64, ``[head_dim // 2]``: the float32 table of
+    ``rope_frequencies`` can differ in its last bit between CPUs, and a figure's angles at thousands of
+    positions would show it in their printed digits."""
+    return base ** (-torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
+
+
 def slider_html(name: str, frames: list[dict], layout: dict, control: str, start: int = 0,
                 height: int = 380) -> str:
     """The HTML of one interactive figure: a range input over ``frames`` (each ``{"label", "title",
@@ -81,7 +94,7 @@ def rope_clock(head_dim: int = 16, positions=(0, 1, 2, 3, 5, 10, 20, 50, 100, 50
                base: float = 10000.0) -> tuple[list[dict], dict]:
     """Frames of the RoPE clock: at each position p, pair i's hand points at angle ``p * theta_i`` (mod
     2 pi), on a unit circle whose radius grows with i so that the hands do not overlap."""
-    inv_freq = rope_frequencies(head_dim, base=base)[0].double()
+    inv_freq = _inv_freq64(head_dim, base)
     frames = []
     for p in positions:
         angles = p * inv_freq
@@ -109,7 +122,7 @@ def rope_base(head_dim: int = 64, bases=(1e2, 1e3, 1e4, 1e5, 5e5, 1e6, 1e7), tra
     n = torch.unique(torch.logspace(0, math.log10(distance), 200).round()).double()
     frames = []
     for base in bases:
-        inv_freq = rope_frequencies(head_dim, base=base)[0].double()
+        inv_freq = _inv_freq64(head_dim, base)
         wavelength = 2 * math.pi / inv_freq
         decay = torch.cos(n[:, None] * inv_freq[None, :]).mean(-1)
         above = int((wavelength > train_len).sum())
@@ -172,7 +185,7 @@ def recipe_scales(head_dim: int = 128, train_len: int = 8192, factors=(2, 4, 8, 
             scaling, seq_len = recipe(float(s), train_len)
             scaled = rope_frequencies(head_dim, base=base, scaling=scaling, seq_len=seq_len)[0].double()
             data.append({"type": "scatter", "mode": "lines", "name": name, "x": list(range(head_dim // 2)),
-                         "y": _rounded(original / scaled, 4), "line": {"color": COLORS[k]}})
+                         "y": _significant(original / scaled), "line": {"color": COLORS[k]}})
         frames.append({"label": f"s = {s}", "data": data,
                        "title": f"s = {s}: pairs 0-{kept - 1} turn faster than L/32 (YaRN keeps them); "
                                 f"the last {interpolated} turn less than once in L (YaRN divides by s)"})
@@ -222,7 +235,7 @@ def longrope_factors(published: dict = PHI35_MINI_LONGROPE) -> tuple[list[dict],
         scaling, _ = RECIPES[name](s, train_len)
         scaled = rope_frequencies(head_dim, base=base, scaling=scaling)[0].double()
         references.append({"type": "scatter", "mode": "lines", "name": f"{name} at s = {s:g}", "x": pairs,
-                           "y": _rounded(original / scaled, 4), "line": {"color": COLORS[k], "dash": "dash"}})
+                           "y": _significant(original / scaled), "line": {"color": COLORS[k], "dash": "dash"}})
     longrope = {"rope_type": "longrope", "short_factor": published["short_factor"],
                 "long_factor": published["long_factor"], "original_max_position_embeddings": train_len,
                 "max_position_embeddings": longest}
@@ -233,7 +246,7 @@ def longrope_factors(published: dict = PHI35_MINI_LONGROPE) -> tuple[list[dict],
         slow = original / scaled
         frames.append({"label": label, "data": [*references, {
             "type": "scatter", "mode": "lines+markers", "name": f"LongRoPE, {label}", "x": pairs,
-            "y": _rounded(slow, 4), "line": {"color": COLORS[4], "width": 3}, "marker": {"size": 5}}],
+            "y": _significant(slow), "line": {"color": COLORS[4], "width": 3}, "marker": {"size": 5}}],
             "title": f"LongRoPE's {label} ({when}): pair slow-downs {float(slow.min()):.2f} to "
                      f"{float(slow.max()):.2f}; PI slows every pair by {s:g}"})
     return frames, _slowdown_layout(head_dim, base, train_len, kept, interpolated)

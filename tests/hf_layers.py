@@ -14,7 +14,11 @@ from posenc.cache import LayerCache
 from posenc.hf_config import plan_from_hf_config
 
 SEQ, STEPS = 40, 10  # the last STEPS tokens are decoded one at a time
-TOLERANCE = 2e-6     # relative to the largest output; float32 round-off differs in the order of operations
+# Relative to the largest output. float32 round-off differs with the order of operations, so with the CPU:
+# the largest seen over every layer compared is 2.0e-6 here (AVX-512, MKL) and 4.9e-6 under make
+# test-portable (ATen without vector kernels, MKL COMPATIBLE); 5e-5 is ten times that. A wrong frequency,
+# scale, mask or weight layout moves outputs by 1e-2 or more.
+TOLERANCE = 5e-5
 
 
 def attention_module(model, layer_index: int):

@@ -30,19 +30,27 @@ def test_bench_tiny_runs_and_reports_every_operation(tmp_path, capsys):
     assert alibi_row["max_abs_error_vs_materialised"] < 1e-5
     assert set(alibi_row["peak_memory_bytes"]) == {"32", "64"}
     assert all(value >= 0 for peaks in alibi_row["peak_memory_bytes"].values() for value in peaks.values())
+    # FlexAttention's rows only where it has a compiled kernel (not on a CPU without AVX2, nor in make
+    # test-portable, which sets ATEN_CPU_CAPABILITY=default)
+    compiled = bench._has_compiler()
     extra = {"window": {bench.BLOCK_SPARSE}, "sink": {bench.BLOCK_SPARSE, "posenc block_sparse, causal, no sinks"}}
+    extra = extra if compiled else {"window": set(), "sink": set()}
     for row, posenc_name, kind in ((window_row, "posenc window mask + SDPA", "window"),
                                    (sink_row, "posenc sink_attention", "sink")):
         assert row["baseline"] == "SDPA causal (full, no sinks)" and row["alternative"].startswith("eager")
         assert set(row["seconds"]) == {row["baseline"], row["alternative"], posenc_name} | extra[kind]
         assert row["max_abs_error_vs_float64"][posenc_name] < 1e-6
-    assert {"block_sparse window", "block_sparse chunk"} <= set(curve_row["seconds"]) and curve_row["seq"] == 64
+    assert ({"block_sparse window", "block_sparse chunk"} <= set(curve_row["seconds"])) == compiled
+    assert curve_row["seq"] == 64
     assert layer_row["baseline"] == "layer, full causal" and len(layer_row["seconds"]) == 3
     goals = {goal["goal"]: goal for goal in result["goals"]}
     assert len(goals) == len(bench.GOALS) and "goals (ratio measured" in printed
     sinks = goals["sinks, x the same attention without sinks"]  # measured at every size: ratio of two rows
-    expected = sink_row["seconds"][bench.BLOCK_SPARSE] / sink_row["seconds"]["posenc block_sparse, causal, no sinks"]
-    assert sinks["ratio"] == pytest.approx(expected) and sinks["met"] == (expected <= 1.2)
+    if compiled:
+        expected = sink_row["seconds"][bench.BLOCK_SPARSE] / sink_row["seconds"]["posenc block_sparse, causal, no sinks"]
+        assert sinks["ratio"] == pytest.approx(expected) and sinks["met"] == (expected <= 1.2)
+    else:
+        assert sinks["ratio"] is None
     assert goals["sliding window 128 at T=8192, x full causal SDPA"]["ratio"] is None  # not at this size
     assert "window 8" in window_row["operation"]
     assert len(train_row["seconds"]) == 6 and all(s > 0 for s in train_row["seconds"].values())

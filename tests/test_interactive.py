@@ -29,8 +29,9 @@ def test_longrope_frames_draw_each_pairs_factor_and_the_references():
     for frame, key in zip(frames, ("short_factor", "long_factor")):
         traces = {trace["name"]: trace for trace in frame["data"]}
         longrope = traces[f"LongRoPE, {frame['label']}"]["y"]
-        # inv_freq' = inv_freq / factor_i, so the slow-down of pair i is its factor
-        assert max(abs(a - b) for a, b in zip(longrope, published[key])) < 1e-3
+        # inv_freq' = inv_freq / factor_i, so the slow-down of pair i is its factor (drawn to 3 significant
+        # digits, which every CPU's float32 tables agree on)
+        assert max(abs(a - b) / b for a, b in zip(longrope, published[key])) <= 5e-3
         assert all(abs(value - 32) < 1e-3 for value in traces["PI at s = 32"]["y"])
     assert frames[0]["data"][-1]["y"] != frames[1]["data"][-1]["y"]
     assert "64.84" in frames[1]["title"] and "2.84" in frames[0]["title"]

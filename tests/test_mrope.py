@@ -331,13 +331,15 @@ def test_qwen2_vl_attention_layer_equals_posenc_attention():
         attention.out.bias.zero_()  # Qwen2-VL's o_proj has no bias
         cos, sin = mrope_cos_sin(positions, default_inv_freq(16, 1e6), [2, 3, 3])  # [2, 13, 16]
         got = attention(captured["x"], rope_cos_sin=(cos, sin))
-        torch.testing.assert_close(got, captured["y"], rtol=1e-6, atol=2e-6)  # largest seen: 6.0e-7 (outputs ~3)
+        # largest seen: 6.0e-7 (outputs ~3); 5e-5 relative to the outputs, as tests/hf_layers.py (round-off
+        # grows 2.5x under make test-portable's other kernels)
+        torch.testing.assert_close(got, captured["y"], rtol=5e-5, atol=5e-5)
 
         # cached decoding, one token at a time with its own tables, equals the full pass
         cache = LayerCache()
         steps = [attention(captured["x"][:, i:i + 1], cache=cache, rope_cos_sin=(cos[:, i:i + 1], sin[:, i:i + 1]))
                  for i in range(13)]
-        torch.testing.assert_close(torch.cat(steps, dim=1), got, rtol=1e-6, atol=2e-6)  # largest seen: 9.5e-7
+        torch.testing.assert_close(torch.cat(steps, dim=1), got, rtol=5e-5, atol=5e-5)  # largest seen: 9.5e-7
 
         # the vision ids matter: plain 1-D positions give a different output
         cos_1d, sin_1d = rope_cos_sin(torch.arange(13), default_inv_freq(16, 1e6))
@@ -363,7 +365,7 @@ def test_qwen2_vl_vision_attention_equals_posenc_encoder_attention():
         expected = hf_attention(x, cu_seqlens=torch.tensor([0, 24], dtype=torch.int32), position_embeddings=hf_tables)
         cos, sin = axial_rope_cos_sin(axial_positions(4, 6, merge_size=MERGE), 16, base=1e4)
         got = attention(x[None], rope_cos_sin=(cos, sin))[0]
-    torch.testing.assert_close(got, expected, rtol=1e-6, atol=2e-6)  # largest seen: 7.2e-7 (outputs ~2)
+    torch.testing.assert_close(got, expected, rtol=5e-5, atol=5e-5)  # largest seen: 7.2e-7 (outputs ~2)
 
 
 # ---- errors name the argument ----

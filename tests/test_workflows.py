@@ -114,7 +114,7 @@ def test_test_workflow_runs_make_test_like_ci_with_chromium():
     triggers = workflow.get("on", workflow.get(True))  # YAML 1.1 reads the key `on` as true
     assert triggers["push"]["branches"] == ["main"] and "pull_request" in triggers
     ci_run = (ROOT / ".ci" / "run").read_text()
-    assert workflow_commands(workflow) == project_commands(ci_run) == ["make test", "make book"]
+    assert workflow_commands(workflow) == project_commands(ci_run) == ["make test", "make test-portable", "make book"]
     (setup,) = uses(workflow, "actions/setup-python")
     assert setup["with"]["python-version"].split() == ["3.12", "3.11"]  # the last one is the default python3
     assert setup["with"]["cache"] == "pip" and setup["with"]["cache-dependency-path"] == "requirements.txt"
