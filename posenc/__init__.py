@@ -9,12 +9,16 @@ from .alibi import alibi_attention, alibi_bias, alibi_slopes, causal_mask
 from . import data
 from .attention import ATTENTION_POSITIONS, POSITION_METHODS, MultiHeadAttention
 from .cache import KVCache, LayerCache, RollingLayerCache
+from .feedforward import SwiGLU
+from .gqa import GroupedQueryAttention
 from .hf_config import hybrid_layers, plan_from_hf_config
 from .masks import chunked_mask, sliding_window_mask
 from .mla import LatentCache, MultiHeadLatentAttention, absorbed_scores, yarn_softmax_scale
 from .model import TransformerLM
+from .norms import RMSNorm
 from .plan import (PLAN_FAMILIES, LayerSpec, Rope, Temperature, describe_plan, every_nth, family_plan, plan_from_dict,
                    plan_to_dict, repeat_pattern)
+from .pretrained import load_pretrained
 from .relative import T5RelativeBias, t5_relative_bucket
 from .rope import (ROPE_TYPES, RotaryEmbedding, apply_rope, axial_positions, axial_rope_cos_sin, mrope_cos_sin,
                    mrope_positions, rope_cos_sin, rope_frequencies, rope_parameters_for)
@@ -36,4 +40,6 @@ __all__ = [
     "describe_plan", "plan_to_dict", "plan_from_dict", "plan_from_hf_config", "hybrid_layers",
     "sliding_window_mask", "chunked_mask", "RollingLayerCache", "attention_temperature", "sink_attention",
     "MultiHeadLatentAttention", "LatentCache", "absorbed_scores", "yarn_softmax_scale",
+    # pretrained models and the layers they need
+    "load_pretrained", "GroupedQueryAttention", "RMSNorm", "SwiGLU",
 ]

@@ -178,8 +178,9 @@ class MultiHeadAttention(Float32Buffers):
 
     @classmethod
     def from_spec(cls, dim: int, n_heads: int, spec: LayerSpec, *, causal: bool = True,
-                  t5_bias: T5RelativeBias | None = None) -> "MultiHeadAttention":
-        """The attention layer a ``posenc.plan.LayerSpec`` describes."""
+                  t5_bias: T5RelativeBias | None = None, **options) -> "MultiHeadAttention":
+        """The attention layer a ``posenc.plan.LayerSpec`` describes; ``options`` go to a subclass's constructor
+        (``posenc.gqa.GroupedQueryAttention``: ``n_kv_heads``, ``bias``)."""
         if not isinstance(spec, LayerSpec):
             raise TypeError(f"spec must be a posenc.plan.LayerSpec, got {type(spec).__name__}")
         if spec.mixer != "attention":
@@ -193,7 +194,7 @@ class MultiHeadAttention(Float32Buffers):
             rope = dict(rope_base=spec.rope.base, rope_scaling=spec.rope.scaling, rope_interleaved=spec.rope.interleaved)
         return cls(dim, n_heads, position=spec.position, causal=causal, t5_bias=t5_bias, window=spec.window,
                    chunk=spec.chunk, temperature=spec.temperature, sinks=spec.sinks, softmax_scale=spec.softmax_scale,
-                   head_dim=spec.head_dim, gate=spec.gate, **rope)
+                   head_dim=spec.head_dim, gate=spec.gate, **rope, **options)
 
     @property
     def spec(self) -> LayerSpec:
@@ -256,7 +257,7 @@ class MultiHeadAttention(Float32Buffers):
         if rope_cos_sin is not None and self.position != "rope":
             raise ValueError(f"rope_cos_sin is for position='rope' layers, this one has position={self.position!r}")
         batch, seq, _ = x.shape
-        q, k, v = self.qkv(x).view(batch, seq, 3, self.n_heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        q, k, v = self._project(x)
         if cache is not None:  # a rolling cache evicts here, re-rotating the RoPE keys it keeps
             cache.make_room(seq, self._shift_keys if self.position == "rope" else None)
         explicit = positions is not None or (cache is not None and cache.positions is not None)
@@ -286,6 +287,13 @@ class MultiHeadAttention(Float32Buffers):
             y = y * torch.sigmoid(self.gate(x))
         y = self.out(y)
         return (y, weights) if need_weights else y
+
+    def _project(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``x[batch, seq, dim]`` -> q, k, v, each ``[batch, heads, seq, head_dim]`` (``posenc.gqa`` returns fewer
+        key/value heads)."""
+        batch, seq, _ = x.shape
+        q, k, v = self.qkv(x).view(batch, seq, 3, self.n_heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        return q, k, v
 
     def _rotate(self, q, k, past, positions, tables):
         """q, k rotated by given tables, explicit positions, or positions ``past ..``."""

@@ -84,7 +84,9 @@ narrower.
 
 It covers position only: a posenc ``MultiHeadAttention`` also assumes as many key-value heads as query heads
 and no query/key norms, so the equality tests build their Hugging Face models that way
-(``tests/test_hf_families.py``).
+(``tests/test_hf_families.py``). Grouped key/value heads, RMSNorm, SwiGLU and untied embeddings are
+``TransformerLM`` options (``posenc.gqa``, ``posenc.norms``, ``posenc.feedforward``), which
+``posenc.load_pretrained`` sets from a Llama config beside the plan read here.
 """
 
 from __future__ import annotations

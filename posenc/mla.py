@@ -42,6 +42,7 @@ from torch import nn
 
 from ._float32 import Float32Buffers
 from ._validate import check_choice, check_even, check_int, check_tensor
+from .norms import RMSNorm
 from .rope import rope_cos_sin, rope_formula, rope_frequencies
 
 
@@ -129,20 +130,6 @@ def absorbed_scores(q_nope: torch.Tensor, q_rope: torch.Tensor, latent: torch.Te
     content = q_latent @ latent.transpose(-1, -2).unsqueeze(1)
     position = q_rope @ rope_key.transpose(-1, -2).unsqueeze(1)
     return (content + position) * softmax_scale
-
-
-class RMSNorm(nn.Module):
-    """RMS normalisation computed in float32, as DeepSeek-V3 in Hugging Face does (eps 1e-6)."""
-
-    def __init__(self, dim: int, eps: float = 1e-6):
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(dim))
-        self.eps = eps
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x32 = x.to(torch.float32)
-        normed = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * normed.to(x.dtype)
 
 
 class LatentCache:

@@ -25,7 +25,10 @@ from .cache import RollingLayerCache
 from .conv import ShortConv
 from .cope import CoPEAttention
 from .decay import DecayLayer
+from .feedforward import make_feed_forward
 from .forgetting import ForgettingAttention
+from .gqa import GroupedQueryAttention
+from .norms import make_norm
 from .plan import LayerSpec, Rope, _checked_plan, describe_plan
 from .relative import T5RelativeBias
 from .stick_breaking import StickBreakingAttention
@@ -38,14 +41,19 @@ MIXER_MODULES = {"attention": MultiHeadAttention, "forgetting": ForgettingAttent
 
 class Block(nn.Module):
     """Pre-LN transformer block: ``x + attn(ln(x))`` then ``x + mlp(ln(x))``; with ``conv`` (a width),
-    ``x + attn(h + conv(h))``, ``h = ln(x)``: a Canon layer before the token mixer (``posenc.conv``)."""
+    ``x + attn(h + conv(h))``, ``h = ln(x)``: a Canon layer before the token mixer (``posenc.conv``).
 
-    def __init__(self, dim: int, n_heads: int, mlp_ratio: int, attention: nn.Module, conv: int | None = None):
+    ``norm`` and ``norm_eps`` choose the two norms (``posenc.norms``), ``mlp``, ``mlp_hidden`` (default
+    ``mlp_ratio * dim``) and ``bias`` the feed-forward layer (``posenc.feedforward``)."""
+
+    def __init__(self, dim: int, n_heads: int, mlp_ratio: int, attention: nn.Module, conv: int | None = None, *,
+                 norm: str = "layer", norm_eps: float = 1e-5, mlp: str = "gelu", mlp_hidden: int | None = None,
+                 bias: bool = True):
         super().__init__()
-        self.ln_attn, self.ln_mlp = nn.LayerNorm(dim), nn.LayerNorm(dim)
+        self.ln_attn, self.ln_mlp = make_norm(norm, dim, norm_eps), make_norm(norm, dim, norm_eps)
         self.conv = None if conv is None else ShortConv(dim, conv)
         self.attn = attention
-        self.mlp = nn.Sequential(nn.Linear(dim, mlp_ratio * dim), nn.GELU(), nn.Linear(mlp_ratio * dim, dim))
+        self.mlp = make_feed_forward(mlp, dim, mlp_ratio * dim if mlp_hidden is None else mlp_hidden, bias=bias)
 
     def forward(self, x: torch.Tensor, cache=None, position_bias=None, positions=None,
                 rope_cos_sin=None) -> torch.Tensor:
@@ -88,6 +96,19 @@ class TransformerLM(nn.Module):
             embeddings), and the rope_* / t5_* options are unused (the specs hold them). The T5 layers of a
             plan share one bias table. ``model.plan`` is the plan of any model (uniform when none is given).
 
+    Beyond position, the architecture of every block (defaults: the book's small GPT-style models):
+
+    - ``n_kv_heads``: grouped-query attention with that many key/value heads (``posenc.gqa``), None: one per
+      query head; ``bias=False`` drops the biases of the attention and feed-forward projections. Either builds
+      the attention layers as ``GroupedQueryAttention`` (only ``mixer="attention"`` layers take them).
+    - ``norm``: ``"layer"`` (LayerNorm) or ``"rms"`` (RMSNorm), with ``norm_eps`` (``posenc.norms``).
+    - ``mlp``: ``"gelu"`` or ``"swiglu"`` of width ``mlp_hidden`` (default ``mlp_ratio * dim``;
+      ``posenc.feedforward``).
+    - ``tie_embeddings``: the output layer shares the token embedding's weight (default), or has its own.
+
+    Llama (SmolLM2-135M, ``posenc.load_pretrained``): ``n_kv_heads=3, bias=False, norm="rms", norm_eps=1e-5,
+    mlp="swiglu", mlp_hidden=1536`` with a plan from ``plan_from_hf_config``.
+
     ``check_token_range`` (default True) checks every token id against ``vocab_size`` with a clear error; on
     a GPU that check waits for the device each step, so set it to False in a tuned training loop.
 
@@ -112,7 +133,9 @@ class TransformerLM(nn.Module):
                  max_len: int | None = None, mlp_ratio: int = 4, rope_base: float = 10000.0,
                  rope_scaling: dict | None = None, rope_interleaved: bool = False, t5_num_buckets: int = 32,
                  t5_max_distance: int = 128, sinusoidal_base: float = 10000.0,
-                 sinusoidal_scale: float = 0.02 * 2 ** 0.5, causal: bool = True, plan: list[LayerSpec] | None = None):
+                 sinusoidal_scale: float = 0.02 * 2 ** 0.5, causal: bool = True, plan: list[LayerSpec] | None = None,
+                 n_kv_heads: int | None = None, bias: bool = True, norm: str = "layer", norm_eps: float = 1e-5,
+                 mlp: str = "gelu", mlp_hidden: int | None = None, tie_embeddings: bool = True):
         super().__init__()
         self.vocab_size = check_int("vocab_size", vocab_size)
         self.n_layers = check_int("n_layers", n_layers)
@@ -153,18 +176,29 @@ class TransformerLM(nn.Module):
         if any(spec.position == "t5" for spec in plan):
             t5_bias = T5RelativeBias(n_heads, bidirectional=not self.causal, num_buckets=t5_num_buckets,
                                      max_distance=t5_max_distance)
-        self.blocks = nn.ModuleList(Block(dim, n_heads, mlp_ratio, self._mixer(dim, n_heads, spec, t5_bias),
-                                          conv=spec.conv) for spec in plan)
-        self.ln_final = nn.LayerNorm(dim)
+        grouped = {} if n_kv_heads is None and bias else {"n_kv_heads": n_kv_heads, "bias": bool(bias)}
+        if mlp_hidden is not None:
+            check_int("mlp_hidden", mlp_hidden)
+        norm_eps = check_positive_float("norm_eps", norm_eps)
+        self.blocks = nn.ModuleList(Block(dim, n_heads, mlp_ratio, self._mixer(dim, n_heads, spec, t5_bias, grouped),
+                                          conv=spec.conv, norm=norm, norm_eps=norm_eps, mlp=mlp, mlp_hidden=mlp_hidden,
+                                          bias=bias) for spec in plan)
+        self.ln_final = make_norm(norm, dim, norm_eps)
         self.head = nn.Linear(dim, vocab_size, bias=False)
-        self.head.weight = self.token_embedding.weight  # tied input and output embeddings
+        if tie_embeddings:
+            self.head.weight = self.token_embedding.weight  # tied input and output embeddings
         self.apply(self._init_weights)
 
-    def _mixer(self, dim: int, n_heads: int, spec: LayerSpec, t5_bias) -> nn.Module:
+    def _mixer(self, dim: int, n_heads: int, spec: LayerSpec, t5_bias, grouped: dict) -> nn.Module:
+        """The token mixer of one layer; ``grouped`` (``n_kv_heads``, ``bias``) makes attention grouped-query."""
         spec = replace(spec, conv=None)  # the block builds the convolution
         if spec.mixer == "attention":
-            return MultiHeadAttention.from_spec(dim, n_heads, spec, causal=self.causal,
-                                                t5_bias=t5_bias if spec.position == "t5" else None)
+            attention = GroupedQueryAttention if grouped else MultiHeadAttention
+            return attention.from_spec(dim, n_heads, spec, causal=self.causal,
+                                       t5_bias=t5_bias if spec.position == "t5" else None, **grouped)
+        if grouped:
+            raise ValueError(f"n_kv_heads and bias=False are options of attention layers; a plan's "
+                             f"mixer={spec.mixer!r} layer has neither (build it with n_kv_heads=None, bias=True)")
         return MIXER_MODULES[spec.mixer].from_spec(dim, n_heads, spec, causal=self.causal)
 
     @staticmethod
