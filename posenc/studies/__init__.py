@@ -7,8 +7,9 @@ next, given the runs done so far) and ``run(config, key, checkpoint_dir) -> dict
 """
 
 from . import (context_extension, context_use, diagnostics, head_to_head, image_positions, length_generalisation,
-               sink_control, streaming)
+               real_model, sink_control, streaming)
 
 STUDIES = {"context_extension": context_extension, "context_use": context_use, "head_to_head": head_to_head,
            "length_generalisation": length_generalisation, "streaming": streaming,
-           "image_positions": image_positions, "sink_control": sink_control, "diagnostics": diagnostics}
+           "image_positions": image_positions, "sink_control": sink_control, "diagnostics": diagnostics,
+           "real_model": real_model}

@@ -1,0 +1,319 @@
+"""The real-model studies (issue 39): SmolLM2-135M-Instruct (``posenc.load_pretrained``) on long texts that
+installed packages ship, each claim of the toy-model chapters measured where it matters.
+
+Documents (``documents``): four long code files of Python's standard library and four stretches of English
+prose from its ``pydoc_data.topics`` (the language reference's text, each stretch a run of whole topics in
+sorted order), each cut to its first ``doc_tokens`` tokens. Both are likely in SmolLM2's pretraining data
+(GitHub code, Python's documentation on the web): what is measured is how a trained model reads familiar
+text, not how it reads unseen text. The record keeps each document's path, kind, SHA-256 and token count.
+
+Parts (one run per document, recipe or probe set; ``next_run`` walks them in this order, cheapest first):
+
+- ``frequencies``: each RoPE pair's size in queries and keys, by layer (the RMS over tokens and heads of the
+  pair's 2-D norm, before rotation: rotation keeps it), on ``frequency_tokens`` tokens of every document.
+- ``sinks``: the first token's share of attention by layer and head (``evaluate.first_token_attention``,
+  queries from 16 on) on ``sink_tokens_read`` tokens of each document read three ways: as the document
+  starts (its first token is not a BOS: SmolLM2's tokenizer adds none), after the ``<|endoftext|>`` token,
+  and starting at a token in the middle of the document.
+- ``far_context``: the loss of every token of the first ``context_tokens`` tokens (the full reading) beside
+  the truncated readings (each token predicted from at most its last c tokens, c in ``truncations``,
+  ``evaluate.truncated_token_losses`` with a stride of c/2: every later token sees between c/2 and c tokens).
+- ``streaming``: a stream of ``stream_tokens`` tokens read four ways, StreamingLLM's experiment: a rolling
+  cache of ``sink_count`` first tokens and the last ``cache_tokens - sink_count``, the same cache with no
+  sinks (plain eviction), recomputation (each token re-reads its last ``cache_tokens`` tokens from scratch,
+  stride ``cache_tokens // 4``), and the dense reading (all tokens at once, far beyond the trained 8,192).
+- ``extension``: the full reading to ``extension_tokens`` tokens under each recipe of ``recipes`` (the
+  longest length ``long_tokens`` only for ``long_recipes``), losses kept per position bin.
+- ``retrieval``: induction probes (Olsson et al.'s repeated random tokens): a segment of ``probe_tokens``
+  random token ids placed after the first 256 tokens of a document and repeated ``distance`` tokens later,
+  at the end; the score is the teacher-forced top-1 accuracy of the repeat's tokens after its first. One
+  probe per document (a new random segment each), for each recipe and distance: the control (no scaling,
+  distances within 8,192) says up to which distance the model retrieves at all; the recipes are probed at
+  ``recipe_distances`` (one within 8,192 and the ones beyond, where a recipe could move the limit).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import time
+from pathlib import Path
+
+import torch
+
+from .. import evaluate
+
+MODEL = "smollm2-135m"
+TRAINED_LENGTH = 8192  # SmolLM2-135M's context length (the file's llama.context_length)
+
+# Recipes as Hugging Face rope_scaling dicts, each extending 8,192 to 2x or 4x (factor as the name says)
+RECIPES = {
+    "none": None,
+    "PI x2": {"rope_type": "linear", "factor": 2.0},
+    "PI x4": {"rope_type": "linear", "factor": 4.0},
+    "NTK-aware x2": {"rope_type": "ntk", "factor": 2.0},
+    "dynamic NTK x2": {"rope_type": "dynamic", "factor": 2.0, "original_max_position_embeddings": TRAINED_LENGTH},
+    "YaRN x2": {"rope_type": "yarn", "factor": 2.0, "original_max_position_embeddings": TRAINED_LENGTH},
+    "YaRN x4": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": TRAINED_LENGTH},
+    "Llama 3 x2": {"rope_type": "llama3", "factor": 2.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                   "original_max_position_embeddings": TRAINED_LENGTH},
+}
+
+CODE_FILES = ("_pydecimal.py", "tkinter/__init__.py", "turtle.py", "inspect.py")
+PARTS = ("frequencies", "sinks", "far_context", "streaming", "extension", "retrieval")
+
+_COMMON = dict(methods=[MODEL], doc_tokens=32768, frequency_tokens=1024, sink_tokens_read=512,
+               truncations=[256, 1024, 4096], context_tokens=TRAINED_LENGTH, sink_count=4, cache_tokens=1024,
+               probe_tokens=64, probe_seed=0, bin=1024, threads=1)
+PRESETS = {
+    "tiny": dict(_COMMON, documents=2, doc_tokens=600, frequency_tokens=64, sink_tokens_read=64, truncations=[32],
+                 context_tokens=128, stream_tokens=160, cache_tokens=64, extension_tokens=256, long_tokens=None,
+                 recipes=["none", "YaRN x2"], long_recipes=[], distances=[64, 200], recipe_distances=[200], probe_tokens=16, bin=64,
+                 parts=list(PARTS), streams=1),
+    "full": dict(_COMMON, documents=8, stream_tokens=16384, streams=2, extension_tokens=16384, long_tokens=32768,
+                 recipes=list(RECIPES), long_recipes=["none", "PI x4", "YaRN x4", "dynamic NTK x2"],
+                 distances=[256, 1024, 2048, 4096, 6144, 7808, 12288, 16000], recipe_distances=[4096, 12288, 16000],
+                 parts=list(PARTS)),
+}
+
+
+# ---- the texts ---------------------------------------------------------------------------------------
+
+def _stdlib() -> Path:
+    import sysconfig
+    return Path(sysconfig.get_paths()["stdlib"])
+
+
+def documents(tokenizer, count: int, tokens: int) -> list[dict]:
+    """``count`` documents of at least ``tokens`` tokens, alternating code and prose: ``{"name", "kind",
+    "source", "sha256", "available_tokens", "ids"}`` with ``ids`` the first ``tokens`` token ids (a list)."""
+    found = []
+    for index in range(max(count, 0)):
+        if index % 2 == 0:
+            path = _stdlib() / CODE_FILES[index // 2]
+            text = path.read_text(encoding="utf-8")
+            found.append(_document(tokenizer, f"code: {CODE_FILES[index // 2]}", "code",
+                                   str(path.relative_to(_stdlib())), text, tokens))
+        else:
+            found.append(_prose(tokenizer, index // 2, tokens))
+    return found
+
+
+def _document(tokenizer, name: str, kind: str, source: str, text: str, tokens: int) -> dict:
+    ids = tokenizer.encode(text)
+    if len(ids) < tokens:
+        raise ValueError(f"{source} has {len(ids)} tokens, fewer than the {tokens} asked for")
+    return {"name": name, "kind": kind, "source": source,
+            "sha256": hashlib.sha256(text.encode("utf-8")).hexdigest(), "available_tokens": len(ids),
+            "ids": ids[:tokens]}
+
+
+def _prose(tokenizer, part: int, tokens: int) -> dict:
+    """The ``part``-th stretch of the language reference's topics (``pydoc_data.topics``, sorted by name):
+    whole topics joined by blank lines until the stretch has ``tokens`` tokens; stretches do not overlap."""
+    from pydoc_data.topics import topics
+    names, start, stretch = sorted(topics), 0, 0
+    while True:
+        chosen, count = [], 0
+        for name in names[start:]:
+            chosen.append(name)
+            count += len(tokenizer.encode(topics[name])) + 2
+            if count >= tokens:
+                break
+        if count < tokens:
+            raise ValueError(f"pydoc_data.topics has no stretch {part} of {tokens} tokens")
+        if stretch == part:
+            text = "\n\n".join(topics[name] for name in chosen)
+            source = f"pydoc_data/topics.py: topics {chosen[0]!r} to {chosen[-1]!r}"
+            return _document(tokenizer, f"prose: topics {chosen[0]} .. {chosen[-1]}", "prose", source, text,
+                             tokens)
+        start, stretch = start + len(chosen), stretch + 1
+
+
+# ---- the measurements ----------------------------------------------------------------------------------
+
+@torch.no_grad()
+def pair_sizes(model, ids: torch.Tensor) -> dict:
+    """RMS size of each RoPE pair of queries and keys by layer, over tokens and heads: ``{"q": [layer][pair],
+    "k": [layer][pair]}``. ``ids`` is ``[1, seq]``. Pair i is features (i, i + head_dim/2): half-split."""
+    x, sizes = model.token_embedding(ids), {"q": [], "k": []}
+    for block in model.blocks:
+        q, k, _ = block.attn._project(block.ln_attn(x))  # [batch, heads, seq, head_dim], before rotation
+        for name, t in (("q", q), ("k", k)):
+            half = t.shape[-1] // 2
+            norm_sq = t[..., :half].float() ** 2 + t[..., half:].float() ** 2  # [batch, heads, seq, pairs]
+            sizes[name].append(norm_sq.mean(dim=(0, 1, 2)).sqrt().tolist())
+        x = block(x)
+    return sizes
+
+
+def _binned(losses: torch.Tensor, bin: int) -> list[float]:
+    """Mean loss (nats) per bin of ``bin`` positions of a ``[positions]`` tensor."""
+    return [float(losses[i:i + bin].mean()) for i in range(0, losses.numel(), bin)]
+
+
+def _losses(model, ids: list[int], length: int) -> torch.Tensor:
+    """``[length - 1]`` next-token losses of the first ``length`` tokens (tokens 1 .. length-1, each from all
+    tokens before it), one pass."""
+    return evaluate.token_losses(model, torch.tensor(ids[:length]), length - 1, n_windows=1, batch_size=1)[0]
+
+
+def induction_probe(ids: list[int], distance: int, probe_tokens: int, seed: int, vocab: int,
+                    prefix: int = 256) -> tuple[torch.Tensor, int]:
+    """A text of ``prefix + distance + probe_tokens`` tokens taken from ``ids`` in which a segment of
+    ``probe_tokens`` random ids (from ``[1000, 40000)``, seeded by ``seed`` and ``distance``) stands after the
+    first ``prefix`` tokens and again ``distance`` tokens later, at the end. Returns ``(tokens [1, length],
+    where the copy starts)``."""
+    if distance < probe_tokens:
+        raise ValueError(f"distance must be at least probe_tokens={probe_tokens}, got {distance}")
+    length = prefix + distance + probe_tokens
+    if len(ids) < length:
+        raise ValueError(f"the document has {len(ids)} tokens, fewer than the {length} a distance of {distance} needs")
+    generator = torch.Generator().manual_seed(seed * 1_000_003 + distance)
+    segment = torch.randint(1000, min(40000, vocab), (probe_tokens,), generator=generator)
+    tokens = torch.tensor(ids[:length])
+    copy = prefix + distance
+    tokens[prefix:prefix + probe_tokens] = segment
+    tokens[copy:] = segment
+    return tokens[None], copy
+
+
+@torch.no_grad()
+def probe_accuracy(model, tokens: torch.Tensor, copy: int) -> float:
+    """Teacher-forced top-1 accuracy on the copy's tokens after its first (``tokens[0, copy:]``; the first
+    cannot be predicted): how much of the segment the model retrieves from ``distance`` tokens back."""
+    predicted = model(tokens[:, :-1]).argmax(-1)[0]  # predicted[t] is the guess for token t + 1
+    return float((predicted[copy:] == tokens[0, copy + 1:]).float().mean())
+
+
+# ---- the study protocol (posenc.experiments) ----------------------------------------------------------
+
+def _keys(config: dict) -> list[dict]:
+    parts = config["parts"]
+    keys = []
+    if "frequencies" in parts:
+        keys.append({"part": "frequencies"})
+    docs = range(config["documents"])
+    keys += [{"part": "sinks", "document": d} for d in docs if "sinks" in parts]
+    keys += [{"part": "far_context", "document": d} for d in docs if "far_context" in parts]
+    keys += [{"part": "streaming", "document": d} for d in range(config["streams"]) if "streaming" in parts]
+    if "retrieval" in parts:
+        keys += [{"part": "retrieval", "recipe": "none", "distance": d} for d in config["distances"]]
+    if "extension" in parts:
+        keys += [{"part": "extension", "recipe": r, "document": d, "length": config["extension_tokens"]}
+                 for d in docs for r in config["recipes"]]
+    if "retrieval" in parts:
+        keys += [{"part": "retrieval", "recipe": r, "distance": d} for r in config["recipes"] if r != "none"
+                 for d in config["recipe_distances"]]
+    if "extension" in parts and config.get("long_tokens"):
+        keys += [{"part": "extension", "recipe": r, "document": d, "length": config["long_tokens"]}
+                 for d in docs for r in config["long_recipes"]]
+    return keys
+
+
+def next_run(config: dict, runs: list[dict]) -> dict | None:
+    done = [{k: run[k] for k in ("part", "document", "recipe", "distance", "length") if k in run} for run in runs]
+    return next((key for key in _keys(config) if key not in done), None)
+
+
+_LOADED: dict = {}
+
+
+def _model(recipe: str):
+    """The model with ``recipe``'s scaling and the tokenizer, loaded once per recipe and process."""
+    if recipe not in _LOADED:
+        from ..pretrained import load_pretrained
+        _LOADED.clear()  # one model in memory at a time
+        _LOADED[recipe] = load_pretrained(MODEL, rope_scaling=RECIPES[recipe])
+    return _LOADED[recipe]
+
+
+def _document_of(config: dict, index: int, tokenizer) -> dict:
+    key = ("documents", config["documents"], config["doc_tokens"])
+    if key not in _LOADED:
+        _LOADED[key] = documents(tokenizer, config["documents"], config["doc_tokens"])
+    return _LOADED[key][index]
+
+
+def _described(doc: dict) -> dict:
+    return {k: doc[k] for k in ("name", "kind", "source", "sha256", "available_tokens")}
+
+
+def run(config: dict, key: dict, checkpoint_dir: Path | None) -> dict:
+    torch.set_num_threads(config["threads"])
+    start = time.perf_counter()
+    model, tokenizer = _model(key.get("recipe", "none"))
+    out = measure(model, tokenizer, config, key)
+    out["seconds"] = time.perf_counter() - start
+    return out
+
+
+def measure(model, tokenizer, config: dict, key: dict) -> dict:
+    """One run of the study: what ``key`` (a part, and its document, recipe or distance) asks for."""
+    part = key["part"]
+    if part == "frequencies":
+        sizes = [pair_sizes(model, torch.tensor([_document_of(config, d, tokenizer)["ids"][:config["frequency_tokens"]]]))
+                 for d in range(config["documents"])]
+        mean = {name: [[sum(s[name][layer][pair] for s in sizes) / len(sizes) for pair in range(len(sizes[0][name][0]))]
+                       for layer in range(len(sizes[0][name]))] for name in ("q", "k")}
+        return {**mean, "tokens_per_document": config["frequency_tokens"], "documents": config["documents"]}
+    if part == "retrieval":  # one probe per document, every document
+        accuracy = []
+        for d in range(config["documents"]):
+            doc = _document_of(config, d, tokenizer)
+            tokens, copy = induction_probe(doc["ids"], key["distance"], config["probe_tokens"],
+                                           config["probe_seed"] + d, tokenizer.vocab_size)
+            accuracy.append(probe_accuracy(model, tokens, copy))
+        return {"accuracy": accuracy, "copy_starts_at": copy, "probe_tokens": config["probe_tokens"]}
+    doc = _document_of(config, key["document"], tokenizer)
+    ids = doc["ids"]
+    result = {"doc": _described(doc)}
+    if part == "sinks":
+        n = config["sink_tokens_read"]
+        middle = len(ids) // 2
+        end_of_text = tokenizer.backend.token_to_id("<|endoftext|>")  # SmolLM2's document separator
+        readings = {"document start (no BOS)": ids[:n], "after <|endoftext|>": [end_of_text] + ids[:n - 1],
+                    "from the middle": ids[middle:middle + n]}
+        result["first_token_share"] = {
+            name: evaluate.first_token_attention(model, torch.tensor([read]), skip=16, by_head=True)
+            for name, read in readings.items()}
+        result["first_tokens"] = {name: tokenizer.decode(read[:1]) for name, read in readings.items()}
+        return result
+    if part == "far_context":
+        L = config["context_tokens"]
+        data = torch.tensor(ids[:L])
+        full = evaluate.token_losses(model, data, L - 1, n_windows=1, batch_size=1)[0]
+        result["full"] = _binned(full, config["bin"])
+        for c in config["truncations"]:
+            truncated = evaluate.truncated_token_losses(model, data, L - 1, c, n_windows=1, stride=c // 2,
+                                                        batch_size=1)[0]
+            result[f"last {c}"] = _binned(truncated, config["bin"])
+            result[f"last {c}, per-token difference"] = float((truncated - full)[c:].mean())
+        return result
+    if part == "streaming":
+        n, sinks, cache = config["stream_tokens"], config["sink_count"], config["cache_tokens"]
+        stream = torch.tensor(_document_of(config, key["document"], tokenizer)["ids"][:n])
+        readings = {
+            "rolling, sinks": evaluate.streaming_token_losses(model, stream, n - 1, sink_tokens=sinks,
+                                                              window=cache - sinks, n_windows=1),
+            "rolling, no sinks": evaluate.streaming_token_losses(model, stream, n - 1, sink_tokens=0,
+                                                                 window=cache, n_windows=1),
+            "recomputed": evaluate.truncated_token_losses(model, stream, n - 1, cache, n_windows=1,
+                                                          stride=cache // 4, batch_size=1),
+            "dense": evaluate.token_losses(model, stream, n - 1, n_windows=1, batch_size=1),
+        }
+        result.update({name: _binned(losses[0], config["bin"]) for name, losses in readings.items()})
+        return result
+    if part == "extension":
+        result["losses"] = _binned(_losses(model, ids, key["length"]), config["bin"])
+        return result
+    raise ValueError(f"part must be one of {PARTS}, got {part!r}")
+
+
+def perplexities(binned: list[float]) -> list[float]:
+    """exp of each bin's mean loss."""
+    return [math.exp(value) for value in binned]
+
+
+__all__ = ["RECIPES", "PRESETS", "documents", "pair_sizes", "induction_probe", "probe_accuracy", "next_run", "run",
+           "measure", "perplexities"]
