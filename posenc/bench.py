@@ -1,6 +1,6 @@
 """Benchmarks of posenc's hot paths against what a reader would otherwise write.
 
-    python -m posenc.bench                 # the issue's sizes (about two minutes on a 2-core CPU)
+    python -m posenc.bench                 # the issue's sizes (about five minutes on a 2-core CPU)
     python -m posenc.bench --size small    # quick look (seconds); --size tiny is for tests
     python -m posenc.bench --compile       # also time torch.compile'd RoPE (one-off compile reported)
     python -m posenc.bench --json out.json

@@ -9,9 +9,13 @@ at positions ``0 .. length-1`` whatever their place in the original text, so a m
 beyond ``sink_tokens + window - 1`` however long the stream. With RoPE the cached keys were rotated to
 their old positions; when ``e`` tokens are evicted, the kept window's keys move ``e`` places down, and
 since rotations compose, rotating them by ``-e`` positions puts them where a fresh pass over the kept
-tokens would, up to rounding (Hugging Face's former ``SinkCache`` did the same).
+tokens would, up to rounding (Hugging Face's former ``SinkCache`` did the same). That holds for a RoPE table
+that does not depend on the length: with dynamic NTK scaling, or LongRoPE, and a capacity above the original
+length, the table changes once the kept tokens pass that length, a key rotated with one table and shifted
+with the other is at neither table's position, and the rolling cache no longer equals a fresh pass
+(``MultiHeadAttention._shift_keys``).
 
-That rounding is why a rolling cache keeps its keys in float32 whatever the model's dtype, and hands them
+The rounding is why a rolling cache keeps its keys in float32 whatever the model's dtype, and hands them
 back in the model's dtype. A kept key is re-rotated at every eviction, up to ``window`` times; stored back
 in bfloat16 (8 significant bits) after each rotation, the roundings pile up, mostly as angle drift, to a
 relative error of about 0.5 after 1000 rotations. Kept in float32, the same rotations drift by about 1e-5

@@ -52,7 +52,9 @@ each kind the config has. Read from transformers 5.23's configuration and modeli
 - ``kimi_linear``: ``layer_types`` (from ``linear_attn_config``): KDA (channel-wise decay + short conv), or
   multi-head latent attention with no rotation at all (NoPE).
 - ``minimax``: ``layer_types``: lightning attention (a fixed per-head decay, ALiBi-like slopes scaled by depth), or
-  attention with RoPE on the whole head (transformers ignores the file's ``rotary_dim``).
+  softmax attention with RoPE. The model rotates ``rotary_dim`` features of each head (MiniMax-Text-01: 64 of 128,
+  as its model card and vLLM's port have it); transformers' port ignores ``rotary_dim`` and rotates the whole head.
+  This reader describes the port, and says so when the file's ``rotary_dim`` is smaller than the head.
 - ``granitemoehybrid``, ``nemotron_h``, ``jamba``, ``bamba``: ``layers_block_type`` (Granite's ``layer_types``,
   Nemotron-H's ``hybrid_override_pattern``, Jamba's ``attn_layer_period``/``offset``, Bamba's
   ``attn_layer_indices``): Mamba-2 (Jamba: Mamba) with a causal conv, or attention: NoPE (Granite 4.0-H's
@@ -438,8 +440,10 @@ def _kimi_linear(config) -> list[tuple]:
 def _minimax(config) -> list[tuple]:
     """MiniMax-01: ``layer_types`` chooses lightning or softmax attention (modeling_minimax.py MiniMaxDecoderLayer).
     Lightning attention decays by a fixed ``exp(-s (i - j))``, per head s = 2^(-8h/H), times 1 - layer/(L - 1)
-    (MiniMaxLightningAttention.get_slope_rate). Softmax attention rotates the whole head: MiniMaxRotaryEmbedding
-    reads neither ``partial_rotary_factor`` nor a file's ``rotary_dim``; ``sliding_window`` applies to every one."""
+    (MiniMaxLightningAttention.get_slope_rate). Softmax attention, as transformers ports it, rotates the whole head:
+    MiniMaxRotaryEmbedding reads neither ``partial_rotary_factor`` nor a file's ``rotary_dim``, although the model
+    itself rotates only ``rotary_dim`` features (MiniMax-Text-01: 64 of 128); the row reports the port's scheme and
+    flags the difference. ``sliding_window`` applies to every one."""
     heads, n_layers = config.num_attention_heads, config.num_hidden_layers
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
     full = _rope_text(config.rope_parameters, partial=False)

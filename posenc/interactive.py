@@ -8,7 +8,7 @@ plotly.js from its own build (``book/_ext`` copies the file the ``plotly`` packa
 reads offline; outside the book (Jupyter, Colab) the same cell shows a note instead, and
 ``posenc.interactive`` figures can be opened with plotly there (``plotly.io.show``).
 
-The four figures of the book:
+The six figures of the book:
 
 - ``rope_clock(head_dim, positions)``: every pair's rotation at a position, as hands on a clock;
 - ``rope_base(head_dim, bases, train_len)``: wavelength of each pair, and the score's decay with distance,

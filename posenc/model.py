@@ -212,7 +212,11 @@ class TransformerLM(nn.Module):
         """An empty KV cache for incremental decoding (causal models only).
 
         With ``sink_tokens`` and ``window``, a rolling cache (StreamingLLM): every layer keeps the first
-        ``sink_tokens`` tokens and the last ``window``, and positions are assigned within the cache.
+        ``sink_tokens`` tokens and the last ``window``, and positions are assigned within the cache. With
+        RoPE the kept keys are re-rotated as tokens are evicted, which equals a fresh pass over the kept
+        tokens only for a table that does not depend on the length: not for dynamic NTK scaling or
+        LongRoPE with ``sink_tokens + window`` above the original length (``posenc.cache``). Dynamic
+        scaling also makes plain cached decoding differ from the full pass (chapter 11).
         """
         if not self.causal:
             raise ValueError("new_cache needs causal=True: a bidirectional model has no incremental decoding")
