@@ -250,10 +250,11 @@ def block_sparse_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
 
 
 def use_block_sparse(model: torch.nn.Module, enabled: bool = True) -> torch.nn.Module:
-    """Route every ``MultiHeadAttention`` of ``model`` through ``block_sparse_attention`` for its full
-    passes without a gradient (``enabled=False`` turns it off); returns ``model``."""
-    from .attention import MultiHeadAttention
+    """Route every ``MultiHeadAttention`` of ``model`` (every module with a ``block_sparse`` switch) through
+    ``block_sparse_attention`` for its full passes without a gradient (``enabled=False`` turns it off);
+    returns ``model``. Found by the switch, not by class, so that this module does not import
+    ``posenc.attention``, which imports it."""
     for module in model.modules():
-        if isinstance(module, MultiHeadAttention):
+        if hasattr(module, "block_sparse"):
             module.block_sparse = bool(enabled)
     return model
