@@ -64,9 +64,9 @@ PARTS = ("frequencies", "sinks", "far_context", "streaming", "extension", "retri
 
 _COMMON = dict(methods=[MODEL], doc_tokens=32768, frequency_tokens=1024, sink_tokens_read=512,
                truncations=[256, 1024, 4096], context_tokens=TRAINED_LENGTH, sink_count=4, cache_tokens=1024,
-               probe_tokens=64, probe_seed=0, bin=1024, threads=1)
+               probe_tokens=64, probe_seed=0, bin=1024, threads=2)
 PRESETS = {
-    "tiny": dict(_COMMON, documents=2, doc_tokens=600, frequency_tokens=64, sink_tokens_read=64, truncations=[32],
+    "tiny": dict(_COMMON, threads=1, documents=2, doc_tokens=600, frequency_tokens=64, sink_tokens_read=64, truncations=[32],
                  context_tokens=128, stream_tokens=160, cache_tokens=64, extension_tokens=256, long_tokens=None,
                  recipes=["none", "YaRN x2"], long_recipes=[], distances=[64, 200], recipe_distances=[200], probe_tokens=16, bin=64,
                  parts=list(PARTS), streams=1),
