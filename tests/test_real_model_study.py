@@ -64,7 +64,8 @@ def test_documents_alternate_code_and_prose_and_keep_their_provenance():
     assert found[0]["source"] == "_pydecimal.py" and found[2]["source"] == "tkinter/__init__.py"
     assert all(len(d["ids"]) == 2000 and d["available_tokens"] >= 2000 and len(d["sha256"]) == 64 for d in found)
     assert found[1]["source"].startswith("pydoc_data/topics.py: topics ")
-    second = rm.documents(Characters(), 4, 2000)[3]
+    second = rm.documents(Characters(), 4, 2000, prose_tokens=1500)[3]
+    assert len(second["ids"]) == 1500
     assert second["sha256"] != found[1]["sha256"]  # the next stretch of topics, not the same one
 
 
@@ -81,4 +82,4 @@ def test_the_runs_come_cheapest_first_and_resume_where_they_stopped():
     assert rm.next_run(config, [dict(key) for key in keys]) is None
     long_runs = [k for k in keys if k["part"] == "extension" and k["length"] == 32768]
     assert {k["recipe"] for k in long_runs} == {"none", "PI x4", "YaRN x4", "dynamic NTK x2"}
-    assert len(long_runs) == 4 * config["documents"]
+    assert len(long_runs) == 4 * config["documents"] // 2  # the code files only

@@ -3,7 +3,9 @@ installed packages ship, each claim of the toy-model chapters measured where it 
 
 Documents (``documents``): four long code files of Python's standard library and four stretches of English
 prose from its ``pydoc_data.topics`` (the language reference's text, each stretch a run of whole topics in
-sorted order), each cut to its first ``doc_tokens`` tokens. Both are likely in SmolLM2's pretraining data
+sorted order), each cut to its first ``doc_tokens`` tokens (code) or ``prose_tokens`` (prose: the topics
+hold only two stretches of 32,768 tokens, so the prose is read to 16,384 and the 32,768-token readings use
+the four code files). Both are likely in SmolLM2's pretraining data
 (GitHub code, Python's documentation on the web): what is measured is how a trained model reads familiar
 text, not how it reads unseen text. The record keeps each document's path, kind, SHA-256 and token count.
 
@@ -70,7 +72,7 @@ PRESETS = {
                  context_tokens=128, stream_tokens=160, cache_tokens=64, extension_tokens=256, long_tokens=None,
                  recipes=["none", "YaRN x2"], long_recipes=[], distances=[64, 200], recipe_distances=[200], probe_tokens=16, bin=64,
                  parts=list(PARTS), streams=1),
-    "full": dict(_COMMON, documents=8, stream_tokens=16384, streams=2, extension_tokens=16384, long_tokens=32768,
+    "full": dict(_COMMON, documents=8, prose_tokens=16384, stream_tokens=16384, streams=2, extension_tokens=16384, long_tokens=32768,
                  recipes=list(RECIPES), long_recipes=["none", "PI x4", "YaRN x4", "dynamic NTK x2"],
                  distances=[256, 1024, 2048, 4096, 6144, 7808, 12288, 16000], recipe_distances=[4096, 12288, 16000],
                  parts=list(PARTS)),
@@ -84,9 +86,12 @@ def _stdlib() -> Path:
     return Path(sysconfig.get_paths()["stdlib"])
 
 
-def documents(tokenizer, count: int, tokens: int) -> list[dict]:
-    """``count`` documents of at least ``tokens`` tokens, alternating code and prose: ``{"name", "kind",
-    "source", "sha256", "available_tokens", "ids"}`` with ``ids`` the first ``tokens`` token ids (a list)."""
+def documents(tokenizer, count: int, tokens: int, prose_tokens: int | None = None) -> list[dict]:
+    """``count`` documents alternating code and prose: ``{"name", "kind", "source", "sha256",
+    "available_tokens", "ids"}`` with ``ids`` the first ``tokens`` token ids (a list) of a code file, or the
+    first ``prose_tokens`` (default ``tokens``) of a prose stretch (the topics hold two stretches of 32,768
+    tokens, not four)."""
+    prose_tokens = tokens if prose_tokens is None else prose_tokens
     found = []
     for index in range(max(count, 0)):
         if index % 2 == 0:
@@ -95,7 +100,7 @@ def documents(tokenizer, count: int, tokens: int) -> list[dict]:
             found.append(_document(tokenizer, f"code: {CODE_FILES[index // 2]}", "code",
                                    str(path.relative_to(_stdlib())), text, tokens))
         else:
-            found.append(_prose(tokenizer, index // 2, tokens))
+            found.append(_prose(tokenizer, index // 2, prose_tokens))
     return found
 
 
@@ -205,9 +210,9 @@ def _keys(config: dict) -> list[dict]:
     if "retrieval" in parts:
         keys += [{"part": "retrieval", "recipe": r, "distance": d} for r in config["recipes"] if r != "none"
                  for d in config["recipe_distances"]]
-    if "extension" in parts and config.get("long_tokens"):
+    if "extension" in parts and config.get("long_tokens"):  # the code files: the prose stretches are shorter
         keys += [{"part": "extension", "recipe": r, "document": d, "length": config["long_tokens"]}
-                 for d in docs for r in config["long_recipes"]]
+                 for d in docs if d % 2 == 0 for r in config["long_recipes"]]
     return keys
 
 
@@ -231,7 +236,7 @@ def _model(recipe: str):
 def _document_of(config: dict, index: int, tokenizer) -> dict:
     key = ("documents", config["documents"], config["doc_tokens"])
     if key not in _LOADED:
-        _LOADED[key] = documents(tokenizer, config["documents"], config["doc_tokens"])
+        _LOADED[key] = documents(tokenizer, config["documents"], config["doc_tokens"], config.get("prose_tokens"))
     return _LOADED[key][index]
 
 
