@@ -1,11 +1,11 @@
 """The real-model studies (issue 39): SmolLM2-135M-Instruct (``posenc.load_pretrained``) on long texts that
 installed packages ship, each claim of the toy-model chapters measured where it matters.
 
-Documents (``documents``): four long code files of Python's standard library and four stretches of English
-prose from its ``pydoc_data.topics`` (the language reference's text, each stretch a run of whole topics in
-sorted order), each cut to its first ``doc_tokens`` tokens (code) or ``prose_tokens`` (prose: the topics
-hold only two stretches of 32,768 tokens, so the prose is read to 16,384 and the 32,768-token readings use
-the four code files). Both are likely in SmolLM2's pretraining data
+Documents (``documents``): four long code files (three of Python's standard library, pandas' ``frame.py``)
+and four stretches of English prose from the standard library's ``pydoc_data.topics`` (the language
+reference's text, each stretch a run of whole topics in sorted order), the code cut to its first
+``doc_tokens`` tokens, the prose to ``prose_tokens`` (the topics hold only two stretches of 32,768 tokens, so
+the prose is read to 16,384 and the 32,768-token readings use the four code files). Both are likely in SmolLM2's pretraining data
 (GitHub code, Python's documentation on the web): what is measured is how a trained model reads familiar
 text, not how it reads unseen text. The record keeps each document's path, kind, SHA-256 and token count.
 
@@ -61,7 +61,8 @@ RECIPES = {
                    "original_max_position_embeddings": TRAINED_LENGTH},
 }
 
-CODE_FILES = ("_pydecimal.py", "tkinter/__init__.py", "turtle.py", "inspect.py")
+# The standard library's code files of 32,768 tokens or more (three), and pandas' DataFrame (pinned 3.1.1)
+CODE_FILES = ("_pydecimal.py", "tkinter/__init__.py", "turtle.py", "pandas/core/frame.py")
 PARTS = ("frequencies", "sinks", "far_context", "streaming", "extension", "retrieval")
 
 _COMMON = dict(methods=[MODEL], doc_tokens=32768, frequency_tokens=1024, sink_tokens_read=512,
@@ -95,13 +96,25 @@ def documents(tokenizer, count: int, tokens: int, prose_tokens: int | None = Non
     found = []
     for index in range(max(count, 0)):
         if index % 2 == 0:
-            path = _stdlib() / CODE_FILES[index // 2]
-            text = path.read_text(encoding="utf-8")
-            found.append(_document(tokenizer, f"code: {CODE_FILES[index // 2]}", "code",
-                                   str(path.relative_to(_stdlib())), text, tokens))
+            name = CODE_FILES[index // 2]
+            text = _code_path(name).read_text(encoding="utf-8")
+            found.append(_document(tokenizer, f"code: {name}", "code", name, text, tokens))
         else:
             found.append(_prose(tokenizer, index // 2, prose_tokens))
     return found
+
+
+def _code_path(name: str) -> Path:
+    """A code file by its path in the standard library, or else in an installed package (``pandas/...``)."""
+    path = _stdlib() / name
+    if path.exists():
+        return path
+    import importlib.util
+    package, _, rest = name.partition("/")
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(f"{name}: neither in the standard library nor in an installed package")
+    return Path(spec.submodule_search_locations[0]) / rest
 
 
 def _document(tokenizer, name: str, kind: str, source: str, text: str, tokens: int) -> dict:
