@@ -112,12 +112,23 @@ def test_the_file_is_smollm2_135m(model_file, reference, pretrained):
     assert sum(p.numel() for p in model.parameters()) == sum(p.numel() for p in reference.parameters()) == 134_515_008
 
 
+def near_tie(logits: torch.Tensor, scale: float) -> torch.Tensor:
+    """Where the top two logits of ``[..., vocab]`` are within the comparison's tolerance (2 x TOLERANCE x
+    ``scale``): a float32 round-off may pick either token there, on this CPU or another."""
+    top = logits.topk(2, dim=-1).values
+    return (top[..., 0] - top[..., 1]) <= 2 * TOLERANCE * scale
+
+
 def test_full_pass_logits_equal_transformers(reference, tokens, unscaled_logits):
     with torch.no_grad():
         theirs = reference(tokens).logits
     assert theirs.abs().max() > 10
     assert relative_difference(unscaled_logits, theirs) < TOLERANCE
-    assert torch.equal(unscaled_logits.argmax(-1), theirs.argmax(-1))  # the same greedy token at every position
+    # the same greedy token at every position, except where transformers' top two are a near-tie
+    scale = theirs.abs().max().item()
+    differ = unscaled_logits.argmax(-1) != theirs.argmax(-1)
+    assert not (differ & ~near_tie(theirs, scale)).any()
+    assert differ.float().mean() < 0.02
 
 
 def test_cached_decoding_equals_transformers(pretrained, reference, tokens):
@@ -139,7 +150,13 @@ def test_cached_decoding_equals_transformers(pretrained, reference, tokens):
         generated = model.generate(prompt, 16, temperature=0)
         expected = reference.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=16,
                                       min_new_tokens=16, do_sample=False)
-    assert torch.equal(generated, expected)
+    # the same tokens, or the same up to a step where transformers' own top two are a near-tie
+    differ = (generated != expected)[0].nonzero()
+    if len(differ):
+        step = int(differ[0])
+        with torch.no_grad():
+            at_step = reference(expected[:, :step]).logits[0, -1]
+        assert near_tie(at_step, at_step.abs().max().item()), f"greedy tokens differ at {step}, not at a near-tie"
 
 
 # recipe -> (posenc's rope_scaling, transformers' rope_parameters, transformers' max_position_embeddings)
