@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
-from posenc import TransformerLM
+from posenc import TransformerLM, evaluate
 from posenc.studies import real_model as rm
 
 
@@ -83,3 +85,84 @@ def test_the_runs_come_cheapest_first_and_resume_where_they_stopped():
     long_runs = [k for k in keys if k["part"] == "extension" and k["length"] == 32768]
     assert {k["recipe"] for k in long_runs} == {"none", "PI x4", "YaRN x4", "dynamic NTK x2"}
     assert len(long_runs) == 4 * config["documents"] // 2  # the code files only
+
+
+def test_the_retrieval_control_within_the_trained_length_comes_before_the_expensive_runs():
+    keys = rm._keys(dict(rm.PRESETS["full"]))
+    retrieval = [k for k in keys if k["part"] == "retrieval" and k["recipe"] == "none"]
+    within = [k["distance"] for k in retrieval if k["distance"] + 320 <= rm.TRAINED_LENGTH and "control" not in k]
+    assert within == [256, 1024, 2048, 4096, 6144, 7808]
+    assert {"part": "retrieval", "recipe": "none", "distance": 256, "control": "negative"} in keys
+    first_stream = keys.index(next(k for k in keys if k["part"] == "streaming"))
+    assert all(keys.index(k) < first_stream for k in retrieval if k["distance"] in within)
+    beyond = [k for k in retrieval if k["distance"] > rm.TRAINED_LENGTH]
+    last_extension = max(i for i, k in enumerate(keys) if k["part"] == "extension" and k["length"] == 16384)
+    assert beyond and all(keys.index(k) > last_extension for k in beyond)
+
+
+def test_the_negative_probe_has_no_earlier_copy_of_the_segment():
+    ids = list(range(100, 1100))
+    tokens, copy = rm.induction_probe(ids, 300, 20, seed=3, vocab=49152, prefix=50, repeat=False)
+    assert not torch.equal(tokens[0, copy:], tokens[0, 50:70])
+    assert tokens[0, 70:copy].tolist() == ids[70:copy]
+
+
+def _record(runs, **config):
+    return {"config": dict(truncations=[256], bin=1024, cache_tokens=1024, context_tokens=8192,
+                           extension_tokens=16384, recipes=["none", "PI x2"], **config), "runs": runs}
+
+
+def test_far_context_rows_are_the_mean_difference_over_documents_with_holm():
+    differences = [0.30, 0.25, 0.35, 0.28]
+    record = _record([{"part": "far_context", "last 256, per-token difference": d} for d in differences])
+    row = rm.far_context_rows(record)["last 256"]
+    mean = sum(differences) / 4
+    sd = (sum((d - mean) ** 2 for d in differences) / 3) ** 0.5
+    half = 3.182446305284263 * sd / 2  # t(0.975, 3 df), from tables
+    assert row["interval"] == pytest.approx((mean, mean - half, mean + half), rel=1e-6)
+    assert row["holm"] and row["p"] < 0.001
+
+
+def test_the_effective_length_is_the_last_distance_before_the_first_failure():
+    rows = {256: (0.9, 0.8, 1.0), 1024: (0.7, 0.55, 0.85), 2048: (0.5, 0.4, 0.6), 4096: (0.8, 0.7, 0.9),
+            "no earlier copy": (0.0, 0.0, 0.0)}
+    assert rm.effective_length(rows) == 1024
+    assert rm.effective_length({256: (0.4, 0.3, 0.5)}) is None
+
+
+def test_extension_rows_pair_the_recipes_by_document_with_the_truncated_reading_as_a_row():
+    runs = []
+    for doc, loss in (("a", 1.0), ("b", 2.0)):
+        runs.append({"part": "extension", "recipe": "none", "length": 16384, "doc": {"name": doc},
+                     "losses": [loss] * 8 + [loss + 1] * 8, "last 8192": [loss] * 16})
+        runs.append({"part": "extension", "recipe": "PI x2", "length": 16384, "doc": {"name": doc},
+                     "losses": [loss + 0.5] * 16})
+    record = _record(runs)
+    rows = rm.extension_rows(record)
+    assert rows["none"]["8192-12288"][0] == pytest.approx((math.exp(2.0) + math.exp(3.0)) / 2)
+    assert rows["none, last 8192 at once"]["8192-12288"][0] == pytest.approx((math.exp(1.0) + math.exp(2.0)) / 2)
+    assert rows["PI x2"]["0-8192"][0] == pytest.approx((math.exp(1.5) + math.exp(2.5)) / 2)
+    pairs = rm.extension_pairs(record, (8192, 16384), "none, last 8192 at once")
+    expected = ((math.exp(2.0) - math.exp(1.0)) + (math.exp(3.0) - math.exp(2.0))) / 2
+    assert pairs["none"]["interval"][0] == pytest.approx(expected)
+    with pytest.raises(ValueError, match="against"):
+        rm.extension_pairs(record, (0, 8192), "YaRN x9")
+
+
+def test_streaming_reads_every_stream_the_document_holds_as_one_batch():
+    torch.manual_seed(0)
+    model = TransformerLM(60, 16, 1, 2, position="rope", n_kv_heads=1, bias=False, norm="rms", mlp="swiglu").eval()
+    config = dict(rm.PRESETS["tiny"], stream_tokens=40, cache_tokens=16, sink_count=2, bin=8, doc_tokens=100)
+
+    class Small(Characters):
+        def encode(self, text):
+            return [ord(c) % 60 for c in text]
+
+    rm._LOADED.clear()
+    out = rm.measure(model, Small(), config, {"part": "streaming", "document": 0})
+    assert out["stream_starts"] == [0, 39]  # 100 tokens hold two streams of 40 (39 inputs + the last target)
+    assert len(out["dense"]) == 2 and len(out["dense"][0]) == 5  # 39 positions in bins of 8
+    ids = torch.tensor(rm._document_of(config, 0, Small())["ids"])
+    second = evaluate.token_losses(model, ids[39:79], 39, n_windows=1)[0]
+    assert out["dense"][1][0] == pytest.approx(float(second[:8].mean()), rel=1e-5)
+    rm._LOADED.clear()

@@ -20,12 +20,15 @@ Parts (one run per document, recipe or probe set; ``next_run`` walks them in thi
 - ``far_context``: the loss of every token of the first ``context_tokens`` tokens (the full reading) beside
   the truncated readings (each token predicted from at most its last c tokens, c in ``truncations``,
   ``evaluate.truncated_token_losses`` with a stride of c/2: every later token sees between c/2 and c tokens).
-- ``streaming``: a stream of ``stream_tokens`` tokens read four ways, StreamingLLM's experiment: a rolling
+- ``streaming``: every stream of ``stream_tokens`` tokens a document holds (one run per document, its
+  streams decoded as one batch) read four ways, StreamingLLM's experiment: a rolling
   cache of ``sink_count`` first tokens and the last ``cache_tokens - sink_count``, the same cache with no
   sinks (plain eviction), recomputation (each token re-reads its last ``cache_tokens`` tokens from scratch,
   stride ``cache_tokens // 4``), and the dense reading (all tokens at once, far beyond the trained 8,192).
 - ``extension``: the full reading to ``extension_tokens`` tokens under each recipe of ``recipes`` (the
-  longest length ``long_tokens`` only for ``long_recipes``), losses kept per position bin.
+  longest length ``long_tokens`` only for ``long_recipes``), losses kept per position bin; with no scaling,
+  also the truncated reading of at most ``context_tokens`` (8,192) tokens at once, the reading a recipe must
+  beat to show that it lets the model use context beyond its trained length.
 - ``retrieval``: induction probes (Olsson et al.'s repeated random tokens): a segment of ``probe_tokens``
   random token ids placed after the first 256 tokens of a document and repeated ``distance`` tokens later,
   at the end; the score is the teacher-forced top-1 accuracy of the repeat's tokens after its first. One
@@ -38,12 +41,14 @@ from __future__ import annotations
 
 import hashlib
 import math
+import statistics
 import time
 from pathlib import Path
 
 import torch
 
 from .. import evaluate
+from ..stats import paired_family, t_interval
 
 MODEL = "smollm2-135m"
 TRAINED_LENGTH = 8192  # SmolLM2-135M's context length (the file's llama.context_length)
@@ -177,11 +182,12 @@ def _losses(model, ids: list[int], length: int) -> torch.Tensor:
 
 
 def induction_probe(ids: list[int], distance: int, probe_tokens: int, seed: int, vocab: int,
-                    prefix: int = 256) -> tuple[torch.Tensor, int]:
+                    prefix: int = 256, repeat: bool = True) -> tuple[torch.Tensor, int]:
     """A text of ``prefix + distance + probe_tokens`` tokens taken from ``ids`` in which a segment of
     ``probe_tokens`` random ids (from ``[1000, 40000)``, seeded by ``seed`` and ``distance``) stands after the
     first ``prefix`` tokens and again ``distance`` tokens later, at the end. Returns ``(tokens [1, length],
-    where the copy starts)``."""
+    where the copy starts)``. ``repeat=False`` is the negative control: the earlier segment is another random
+    one, so nothing earlier tells the model what the last segment holds."""
     if distance < probe_tokens:
         raise ValueError(f"distance must be at least probe_tokens={probe_tokens}, got {distance}")
     length = prefix + distance + probe_tokens
@@ -192,7 +198,7 @@ def induction_probe(ids: list[int], distance: int, probe_tokens: int, seed: int,
     tokens = torch.tensor(ids[:length])
     copy = prefix + distance
     tokens[prefix:prefix + probe_tokens] = segment
-    tokens[copy:] = segment
+    tokens[copy:] = segment if repeat else torch.randint(1000, min(40000, vocab), (probe_tokens,), generator=generator)
     return tokens[None], copy
 
 
@@ -214,13 +220,17 @@ def _keys(config: dict) -> list[dict]:
     docs = range(config["documents"])
     keys += [{"part": "sinks", "document": d} for d in docs if "sinks" in parts]
     keys += [{"part": "far_context", "document": d} for d in docs if "far_context" in parts]
-    keys += [{"part": "streaming", "document": d} for d in range(config["streams"]) if "streaming" in parts]
+    within = [d for d in config.get("distances", []) if d + 320 <= TRAINED_LENGTH]  # the control's own range
     if "retrieval" in parts:
-        keys += [{"part": "retrieval", "recipe": "none", "distance": d} for d in config["distances"]]
+        keys += [{"part": "retrieval", "recipe": "none", "distance": d} for d in within]
+        keys += [{"part": "retrieval", "recipe": "none", "distance": within[0], "control": "negative"}] if within else []
+    keys += [{"part": "streaming", "document": d} for d in range(config["streams"]) if "streaming" in parts]
     if "extension" in parts:
         keys += [{"part": "extension", "recipe": r, "document": d, "length": config["extension_tokens"]}
                  for d in docs for r in config["recipes"]]
     if "retrieval" in parts:
+        keys += [{"part": "retrieval", "recipe": "none", "distance": d} for d in config["distances"]
+                 if d not in within]
         keys += [{"part": "retrieval", "recipe": r, "distance": d} for r in config["recipes"] if r != "none"
                  for d in config["recipe_distances"]]
     if "extension" in parts and config.get("long_tokens"):  # the code files: the prose stretches are shorter
@@ -230,7 +240,7 @@ def _keys(config: dict) -> list[dict]:
 
 
 def next_run(config: dict, runs: list[dict]) -> dict | None:
-    done = [{k: run[k] for k in ("part", "document", "recipe", "distance", "length") if k in run} for run in runs]
+    done = [{k: run[k] for k in ("part", "document", "recipe", "distance", "length", "control") if k in run} for run in runs]
     return next((key for key in _keys(config) if key not in done), None)
 
 
@@ -280,7 +290,8 @@ def measure(model, tokenizer, config: dict, key: dict) -> dict:
         for d in range(config["documents"]):
             doc = _document_of(config, d, tokenizer)
             tokens, copy = induction_probe(doc["ids"], key["distance"], config["probe_tokens"],
-                                           config["probe_seed"] + d, tokenizer.vocab_size)
+                                           config["probe_seed"] + d, tokenizer.vocab_size,
+                                           repeat=key.get("control") != "negative")
             accuracy.append(probe_accuracy(model, tokens, copy))
         return {"accuracy": accuracy, "copy_starts_at": copy, "probe_tokens": config["probe_tokens"]}
     doc = _document_of(config, key["document"], tokenizer)
@@ -309,21 +320,28 @@ def measure(model, tokenizer, config: dict, key: dict) -> dict:
             result[f"last {c}, per-token difference"] = float((truncated - full)[c:].mean())
         return result
     if part == "streaming":
+        # every stream of n tokens the document holds (a 32,768-token code file: two, its halves), decoded as
+        # one batch: a step's cost is reading the weights, so two streams cost about what one does
         n, sinks, cache = config["stream_tokens"], config["sink_count"], config["cache_tokens"]
-        stream = torch.tensor(_document_of(config, key["document"], tokenizer)["ids"][:n])
+        stream = torch.tensor(ids)
         readings = {
             "rolling, sinks": evaluate.streaming_token_losses(model, stream, n - 1, sink_tokens=sinks,
-                                                              window=cache - sinks, n_windows=1),
-            "rolling, no sinks": evaluate.streaming_token_losses(model, stream, n - 1, sink_tokens=0,
-                                                                 window=cache, n_windows=1),
-            "recomputed": evaluate.truncated_token_losses(model, stream, n - 1, cache, n_windows=1,
-                                                          stride=cache // 4, batch_size=1),
-            "dense": evaluate.token_losses(model, stream, n - 1, n_windows=1, batch_size=1),
+                                                              window=cache - sinks),
+            "rolling, no sinks": evaluate.streaming_token_losses(model, stream, n - 1, sink_tokens=0, window=cache),
+            "recomputed": evaluate.truncated_token_losses(model, stream, n - 1, cache, stride=cache // 4,
+                                                          batch_size=1),
+            "dense": evaluate.token_losses(model, stream, n - 1, batch_size=1),
         }
-        result.update({name: _binned(losses[0], config["bin"]) for name, losses in readings.items()})
+        result["stream_starts"] = evaluate.window_starts(len(ids), n - 1).tolist()
+        result.update({name: [_binned(row, config["bin"]) for row in losses] for name, losses in readings.items()})
         return result
     if part == "extension":
         result["losses"] = _binned(_losses(model, ids, key["length"]), config["bin"])
+        if key["recipe"] == "none":  # the negative control: never more than the trained length at once
+            L, length = config["context_tokens"], key["length"]
+            truncated = evaluate.truncated_token_losses(model, torch.tensor(ids[:length]), length - 1, L, n_windows=1,
+                                                        stride=L // 2, batch_size=1)[0]
+            result[f"last {L}"] = _binned(truncated, config["bin"])
         return result
     raise ValueError(f"part must be one of {PARTS}, got {part!r}")
 
@@ -333,5 +351,151 @@ def perplexities(binned: list[float]) -> list[float]:
     return [math.exp(value) for value in binned]
 
 
+# ---- reading a record (the real-model chapter, chapters 7, 12, 13 and 15) --------------------------------
+
+PASS_ACCURACY = 0.5  # a retrieval probe's control passes where the lower 95% bound of its accuracy is above this
+
+
+def _runs(record: dict, part: str, **selection) -> list[dict]:
+    return [run for run in record["runs"] if run["part"] == part
+            and all(run.get(name) == value for name, value in selection.items())]
+
+
+def wavelength(pair: int, head_dim: int = 64, base: float = 100_000.0) -> float:
+    """Tokens per turn of RoPE pair ``pair`` (half-split pairing): ``2 pi base^(2 pair / head_dim)``."""
+    return 2 * math.pi * base ** (2 * pair / head_dim)
+
+
+def frequency_rows(record: dict) -> dict:
+    """``{layer: {"largest q pair", "largest k pair", "their wavelength (tokens)", "q: slow half's share"}}``:
+    which RoPE pair is largest in each layer's queries and keys, the wavelength of the queries' largest, and
+    the share of the queries' squared size in the slow half of the pairs (pairs 16-31 of 32)."""
+    (run,) = _runs(record, "frequencies")
+    rows = {}
+    for layer, (q, k) in enumerate(zip(run["q"], run["k"])):
+        top_q, top_k = max(range(len(q)), key=q.__getitem__), max(range(len(k)), key=k.__getitem__)
+        squares = [value ** 2 for value in q]
+        rows[layer] = {"largest q pair": top_q, "largest k pair": top_k,
+                       "its wavelength (tokens)": wavelength(top_q, 2 * len(q)),
+                       "q: slow half's share": sum(squares[len(q) // 2:]) / sum(squares)}
+    return rows
+
+
+def sink_rows(record: dict, level: float = 0.95) -> dict:
+    """``{layer: {reading: (mean, low, high)}}``: the first token's share of attention (the mean over a
+    layer's heads), its t-interval over documents, for each way the documents are read."""
+    runs = _runs(record, "sinks")
+    readings = list(runs[0]["first_token_share"])
+    layers = len(runs[0]["first_token_share"][readings[0]])
+    return {layer: {reading: t_interval([statistics.fmean(run["first_token_share"][reading][layer])
+                                         for run in runs], level) for reading in readings}
+            for layer in range(layers)}
+
+
+def strongest_sink_heads(record: dict, reading: str = "document start (no BOS)", count: int = 5) -> list:
+    """``[(layer, head, mean share over documents)]``: the ``count`` heads that give the first token the most."""
+    runs = _runs(record, "sinks")
+    shares = [run["first_token_share"][reading] for run in runs]
+    heads = [(layer, head, statistics.fmean(s[layer][head] for s in shares))
+             for layer in range(len(shares[0])) for head in range(len(shares[0][layer]))]
+    return sorted(heads, key=lambda row: -row[2])[:count]
+
+
+def far_context_rows(record: dict) -> dict:
+    """``{f"last {c}": {"interval", "p", "holm"}}``: the per-token loss of the truncated reading minus the
+    full reading (nats, tokens after the first c), its t-interval over documents, the one-sample t-test's p
+    and Holm's correction over the truncations. Positive: the full reading predicts better, the text's far
+    context is used."""
+    runs = _runs(record, "far_context")
+    truncations = record["config"]["truncations"]
+    pairs = {f"last {c}": ({i: run[f"last {c}, per-token difference"] for i, run in enumerate(runs)},
+                           {i: 0.0 for i in range(len(runs))}) for c in truncations}
+    return paired_family(pairs)
+
+
+def far_context_curves(record: dict, kind: str | None = None) -> dict:
+    """``{reading: [perplexity per bin]}``: each reading's loss per position bin averaged over the documents
+    (of ``kind``, "code" or "prose", or all), as perplexity."""
+    runs = [run for run in _runs(record, "far_context") if kind in (None, run["doc"]["kind"])]
+    readings = ["full"] + [f"last {c}" for c in record["config"]["truncations"]]
+    return {name: perplexities([statistics.fmean(values) for values in zip(*(run[name] for run in runs))])
+            for name in readings}
+
+
+def retrieval_rows(record: dict, recipe: str = "none", level: float = 0.95) -> dict:
+    """``{distance: (mean, low, high)}``: the induction probe's top-1 accuracy by distance, its t-interval over
+    the probes (one per document); the negative control (no earlier copy) under the key ``"no earlier copy"``."""
+    rows = {}
+    for run in sorted(_runs(record, "retrieval", recipe=recipe), key=lambda run: run["distance"]):
+        name = "no earlier copy" if run.get("control") == "negative" else run["distance"]
+        rows[name] = t_interval(run["accuracy"], level)
+    return rows
+
+
+def effective_length(rows: dict, threshold: float = PASS_ACCURACY) -> int | None:
+    """The largest distance up to which every probed distance passes (lower bound above ``threshold``), from
+    ``retrieval_rows``; None if the shortest already fails."""
+    passed = None
+    for distance, (_, low, _) in sorted((d, v) for d, v in rows.items() if isinstance(d, int)):
+        if low <= threshold:
+            break
+        passed = distance
+    return passed
+
+
+def stream_rows(record: dict, skip: int | None = None, level: float = 0.95) -> dict:
+    """``{reading: (mean, low, high)}``: perplexity of each streaming reading over the tokens after the first
+    ``skip`` (default the cache size: where the readings differ), t-interval over the streams."""
+    skip = record["config"]["cache_tokens"] if skip is None else skip
+    first_bin = skip // record["config"]["bin"]
+    streams: dict[str, list[float]] = {}
+    for run in _runs(record, "streaming"):
+        for reading in ("rolling, sinks", "rolling, no sinks", "recomputed", "dense"):
+            streams.setdefault(reading, []).extend(
+                math.exp(statistics.fmean(row[first_bin:])) for row in run[reading])
+    return {reading: t_interval(values, level) for reading, values in streams.items()}
+
+
+def extension_rows(record: dict, length: int | None = None, spans=((0, 8192), (8192, 12288), (12288, 16384)),
+                   level: float = 0.95) -> dict:
+    """``{recipe: {"a-b": (mean, low, high)}}``: perplexity over positions a..b of the full reading to
+    ``length`` (default ``extension_tokens``) under each recipe, t-interval over the documents every recipe
+    has read (paired by document); the row ``"none, last 8192 at once"`` is the truncated reading."""
+    length = record["config"]["extension_tokens"] if length is None else length
+    rows: dict[str, dict] = {}
+    for a, b in spans:
+        per_doc = _extension_per_document(record, length, (a, b))
+        shared = set.intersection(*(set(docs) for docs in per_doc.values())) if per_doc else set()
+        for recipe, values in per_doc.items():
+            rows.setdefault(recipe, {})[f"{a}-{b}"] = t_interval([values[doc] for doc in sorted(shared)], level)
+    return rows
+
+
+def extension_pairs(record: dict, span: tuple[int, int], against: str, length: int | None = None) -> dict:
+    """``paired_family`` of each recipe's perplexity over positions ``span`` minus ``against``'s (a recipe, or
+    ``"none, last 8192 at once"``), paired by document, Holm-corrected over the recipes."""
+    rows = extension_rows(record, length, spans=(span,), level=0.95)
+    if against not in rows:
+        raise ValueError(f"against must be one of {sorted(rows)}, got {against!r}")
+    length = record["config"]["extension_tokens"] if length is None else length
+    per_doc = _extension_per_document(record, length, span)
+    pairs = {recipe: (per_doc[recipe], per_doc[against]) for recipe in rows if recipe != against}
+    return paired_family(pairs)
+
+
+def _extension_per_document(record: dict, length: int, span: tuple[int, int]) -> dict:
+    """``{recipe: {document: perplexity over span}}`` (the truncated reading under its own row name)."""
+    truncated = f"last {record['config']['context_tokens']}"
+    bin_, (a, b) = record["config"]["bin"], span
+    out: dict[str, dict[str, float]] = {}
+    for run in _runs(record, "extension", length=length):
+        for name, losses in ((run["recipe"], run["losses"]), (f"none, {truncated} at once", run.get(truncated))):
+            if losses is not None:
+                out.setdefault(name, {})[run["doc"]["name"]] = math.exp(statistics.fmean(losses[a // bin_:b // bin_]))
+    return out
+
+
 __all__ = ["RECIPES", "PRESETS", "documents", "pair_sizes", "induction_probe", "probe_accuracy", "next_run", "run",
-           "measure", "perplexities"]
+           "measure", "perplexities", "wavelength", "frequency_rows", "sink_rows", "strongest_sink_heads",
+           "far_context_rows", "far_context_curves", "retrieval_rows", "effective_length", "stream_rows",
+           "extension_rows", "extension_pairs", "PASS_ACCURACY"]
