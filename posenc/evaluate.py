@@ -118,6 +118,80 @@ def token_losses(model: torch.nn.Module, data: torch.Tensor, length: int, *, n_w
                       for i in range(0, len(starts), check_int("batch_size", batch_size))])
 
 
+def _gram_keys(data: torch.Tensor, order: int, vocab: int) -> torch.Tensor:
+    """Every run of ``order`` consecutive tokens of 1-D ``data`` as one integer (base ``vocab``, oldest token
+    most significant): ``[len(data) - order + 1]``."""
+    keys = torch.zeros(data.numel() - order + 1, dtype=torch.int64)
+    for i in range(order):
+        keys = keys * vocab + data[i:data.numel() - order + 1 + i]
+    return keys
+
+
+def _gram_counts(table: tuple[torch.Tensor, torch.Tensor], queries: torch.Tensor) -> torch.Tensor:
+    """How often each of ``queries`` (int64 keys) occurs in ``table`` (``(sorted keys, their counts)``)."""
+    values, counts = table
+    where = torch.searchsorted(values, queries).clamp(max=values.numel() - 1)
+    return torch.where(values[where] == queries, counts[where], 0)
+
+
+def ngram_token_losses(train: torch.Tensor, data: torch.Tensor, length: int, n: int, *,
+                       n_windows: int | None = None, span: int | None = None, bos: int | None = None,
+                       smoothing: float = 0.01, vocab: int = 256) -> torch.Tensor:
+    """``token_losses`` of an n-gram table instead of a model: the reference a text perplexity needs.
+
+    Each token is predicted from the ``n - 1`` tokens before it in its window (fewer at the window's start:
+    a window is read on its own, as a model reads it), with add-``smoothing`` estimates from the counts in
+    ``train``: ``p(x | c) = (count(c, x) + smoothing) / (count(c) + smoothing * vocab)``. Windows and
+    alignment are ``token_losses``'s (same ``length``, ``n_windows``, ``span``); with ``bos``, entry
+    ``[w, t]`` is token ``t`` predicted from the tokens before it in the window (the BOS itself is not
+    counted: ``train`` has none).
+
+    Returns:
+        float32 ``[windows, length]``, aligned with ``token_losses(model, data, length, ...)``.
+    """
+    data, train, length = _check_data(data), _check_data(train), check_int("length", length)
+    n = check_int("n", n)
+    if n > 7 or vocab ** n >= 2 ** 63:
+        raise ValueError(f"n must be at most 7 with a vocabulary of {vocab} (keys are int64), got {n}")
+    windows = _windows(data, window_starts(data.numel(), length, n_windows, span=span), length)
+    sequence = windows[:, :-1] if bos is not None else windows  # the tokens a window reads and predicts
+    first = 0 if bos is not None else 1  # the index in ``sequence`` of the first predicted token
+    losses = torch.empty(windows.shape[0], length, dtype=torch.float64)
+    for t in range(length):
+        target = first + t
+        k = min(n - 1, target)  # context tokens available within the window
+        grams = sequence[:, target - k:target + 1]  # [windows, k + 1]
+        gram_keys = _gram_keys_rows(grams, vocab)
+        context_keys = _gram_keys_rows(grams[:, :-1], vocab)
+        joint = _gram_counts(_gram_table(train, k + 1, vocab), gram_keys).double()
+        context = (_gram_counts(_gram_table(train, k, vocab), context_keys).double() if k
+                   else torch.full_like(joint, float(train.numel())))
+        losses[:, t] = -torch.log((joint + smoothing) / (context + smoothing * vocab))
+    return losses.float()
+
+
+def _gram_keys_rows(grams: torch.Tensor, vocab: int) -> torch.Tensor:
+    """Each row of ``[rows, order]`` token ids as one integer, like ``_gram_keys``."""
+    keys = torch.zeros(grams.shape[0], dtype=torch.int64)
+    for i in range(grams.shape[1]):
+        keys = keys * vocab + grams[:, i]
+    return keys
+
+
+_TABLES: dict = {}
+
+
+def _gram_table(train: torch.Tensor, order: int, vocab: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(sorted distinct keys, their counts)`` of the runs of ``order`` tokens of ``train``, kept for the
+    last training tensor seen (every position of a window asks for the same few tables)."""
+    key = (id(train), train.numel(), order, vocab)
+    if key not in _TABLES:
+        if any(cached[:2] != key[:2] for cached in _TABLES):
+            _TABLES.clear()
+        _TABLES[key] = torch.unique(_gram_keys(train, order, vocab), return_counts=True)
+    return _TABLES[key]
+
+
 def _segment_starts(length: int, context: int, stride: int) -> torch.Tensor:
     starts = list(range(0, length - context + 1, stride))
     if starts[-1] != length - context:

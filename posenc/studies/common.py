@@ -261,6 +261,27 @@ def paired_seed_interval(record: dict, path_a: tuple, path_b: tuple, *, method_a
     return paired_interval(a, b, level)
 
 
+def ngram_perplexities(config: dict, length: int, orders=(2, 3, 4), *, bos: int | None = None,
+                       development: bool = False) -> dict[str, float]:
+    """``{"bigram table": perplexity, ...}``: byte n-gram tables (``evaluate.ngram_token_losses``, add-0.01)
+    counted on a study's training split and scored on the windows its models are scored on at ``length``
+    (``n_windows``, ``longest``, ``bos`` as in ``score_lengths``): the reference beside a text perplexity. A
+    model no better than the bigram table predicts text from about one byte back, and cannot show a gain
+    from far context. ``development``: the study held out a development split (``data.stdlib_splits``)."""
+    corpus = config.get("corpus", "stdlib")
+    if development:
+        train, _, validation = data.stdlib_splits(config["max_bytes"], corpus=corpus)
+    else:
+        train, validation = data.stdlib_split(config["max_bytes"], corpus=corpus)
+    names = {1: "unigram", 2: "bigram", 3: "trigram"}
+    out = {}
+    for n in orders:
+        losses = evaluate.ngram_token_losses(train, validation, length, n, n_windows=n_windows(config, length),
+                                             span=longest(config), bos=bos)
+        out[f"{names.get(n, f'{n}-gram')} table"] = math.exp(float(losses.double().mean()))
+    return out
+
+
 def format_interval(interval: tuple[float, float, float], digits: int = 2) -> str:
     """``"6.56 [6.50, 6.62]"``: a mean and its interval, rounded to ``digits`` (the mean alone when the
     interval is a point, as it is for one seed)."""
