@@ -90,8 +90,12 @@ def test_the_runs_come_cheapest_first_and_resume_where_they_stopped():
 def test_the_retrieval_control_within_the_trained_length_comes_before_the_expensive_runs():
     keys = rm._keys(dict(rm.PRESETS["full"]))
     retrieval = [k for k in keys if k["part"] == "retrieval" and k["recipe"] == "none"]
-    within = [k["distance"] for k in retrieval if k["distance"] + 320 <= rm.TRAINED_LENGTH and "control" not in k]
+    within = [k["distance"] for k in retrieval if k["distance"] + 320 <= rm.TRAINED_LENGTH
+              and "control" not in k and "probe" not in k]
     assert within == [256, 1024, 2048, 4096, 6144, 7808]
+    text = [k["distance"] for k in retrieval if k.get("probe") == "text" and "control" not in k]
+    assert text == within  # the same distances with natural text, and its own negative control
+    assert {"part": "retrieval", "recipe": "none", "distance": 256, "probe": "text", "control": "negative"} in keys
     assert {"part": "retrieval", "recipe": "none", "distance": 256, "control": "negative"} in keys
     first_stream = keys.index(next(k for k in keys if k["part"] == "streaming"))
     assert all(keys.index(k) < first_stream for k in retrieval if k["distance"] in within)
@@ -166,3 +170,18 @@ def test_streaming_reads_every_stream_the_document_holds_as_one_batch():
     second = evaluate.token_losses(model, ids[39:79], 39, n_windows=1)[0]
     assert out["dense"][1][0] == pytest.approx(float(second[:8].mean()), rel=1e-5)
     rm._LOADED.clear()
+
+
+def test_a_text_probe_copies_a_given_segment_and_its_negative_plants_it_only_at_the_end():
+    ids = list(range(100, 1100))
+    segment = list(range(5000, 5020))
+    tokens, copy = rm.induction_probe(ids, 300, 20, seed=0, vocab=49152, prefix=50, segment=segment)
+    assert tokens[0, 50:70].tolist() == segment and tokens[0, copy:].tolist() == segment
+    alone, _ = rm.induction_probe(ids, 300, 20, seed=0, vocab=49152, prefix=50, segment=segment, repeat=False)
+    assert alone[0, :copy].tolist() == ids[:copy] and alone[0, copy:].tolist() == segment
+    assert rm.text_segment(list(range(100)), 10) == list(range(50, 60))
+    record = {"runs": [{"part": "retrieval", "recipe": "none", "distance": 256, "accuracy": [0.5, 0.7]},
+                       {"part": "retrieval", "recipe": "none", "distance": 256, "probe": "text",
+                        "accuracy": [0.9, 1.0]}]}
+    assert rm.retrieval_rows(record)[256][0] == pytest.approx(0.6)
+    assert rm.retrieval_rows(record, probe="text")[256][0] == pytest.approx(0.95)

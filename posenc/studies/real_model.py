@@ -182,24 +182,37 @@ def _losses(model, ids: list[int], length: int) -> torch.Tensor:
 
 
 def induction_probe(ids: list[int], distance: int, probe_tokens: int, seed: int, vocab: int,
-                    prefix: int = 256, repeat: bool = True) -> tuple[torch.Tensor, int]:
+                    prefix: int = 256, repeat: bool = True, segment: list[int] | None = None) -> tuple[torch.Tensor, int]:
     """A text of ``prefix + distance + probe_tokens`` tokens taken from ``ids`` in which a segment of
-    ``probe_tokens`` random ids (from ``[1000, 40000)``, seeded by ``seed`` and ``distance``) stands after the
-    first ``prefix`` tokens and again ``distance`` tokens later, at the end. Returns ``(tokens [1, length],
-    where the copy starts)``. ``repeat=False`` is the negative control: the earlier segment is another random
-    one, so nothing earlier tells the model what the last segment holds."""
+    ``probe_tokens`` ids stands after the first ``prefix`` tokens and again ``distance`` tokens later, at the
+    end. The segment is random ids (from ``[1000, 40000)``, seeded by ``seed`` and ``distance``), or
+    ``segment`` (natural text: the model can predict some of it without the earlier copy). Returns ``(tokens
+    [1, length], where the copy starts)``. ``repeat=False`` is the negative control: the segment stands only at
+    the end (the document's own text stays before it), so nothing earlier tells the model what it holds."""
     if distance < probe_tokens:
         raise ValueError(f"distance must be at least probe_tokens={probe_tokens}, got {distance}")
     length = prefix + distance + probe_tokens
     if len(ids) < length:
         raise ValueError(f"the document has {len(ids)} tokens, fewer than the {length} a distance of {distance} needs")
-    generator = torch.Generator().manual_seed(seed * 1_000_003 + distance)
-    segment = torch.randint(1000, min(40000, vocab), (probe_tokens,), generator=generator)
+    if segment is None:
+        generator = torch.Generator().manual_seed(seed * 1_000_003 + distance)
+        planted = torch.randint(1000, min(40000, vocab), (probe_tokens,), generator=generator)
+    else:
+        if len(segment) != probe_tokens:
+            raise ValueError(f"segment must have probe_tokens={probe_tokens} ids, got {len(segment)}")
+        planted = torch.tensor(segment)
     tokens = torch.tensor(ids[:length])
     copy = prefix + distance
-    tokens[prefix:prefix + probe_tokens] = segment
-    tokens[copy:] = segment if repeat else torch.randint(1000, min(40000, vocab), (probe_tokens,), generator=generator)
+    if repeat:
+        tokens[prefix:prefix + probe_tokens] = planted
+    tokens[copy:] = planted
     return tokens[None], copy
+
+
+def text_segment(ids: list[int], probe_tokens: int) -> list[int]:
+    """The natural-text segment of a text probe: ``probe_tokens`` ids from the middle of a document."""
+    middle = len(ids) // 2
+    return ids[middle:middle + probe_tokens]
 
 
 @torch.no_grad()
@@ -224,6 +237,9 @@ def _keys(config: dict) -> list[dict]:
     if "retrieval" in parts:
         keys += [{"part": "retrieval", "recipe": "none", "distance": d} for d in within]
         keys += [{"part": "retrieval", "recipe": "none", "distance": within[0], "control": "negative"}] if within else []
+        keys += [{"part": "retrieval", "recipe": "none", "distance": d, "probe": "text"} for d in within]
+        keys += [{"part": "retrieval", "recipe": "none", "distance": within[0], "probe": "text",
+                  "control": "negative"}] if within else []
     keys += [{"part": "streaming", "document": d} for d in range(config["streams"]) if "streaming" in parts]
     if "extension" in parts:
         keys += [{"part": "extension", "recipe": r, "document": d, "length": config["extension_tokens"]}
@@ -240,7 +256,7 @@ def _keys(config: dict) -> list[dict]:
 
 
 def next_run(config: dict, runs: list[dict]) -> dict | None:
-    done = [{k: run[k] for k in ("part", "document", "recipe", "distance", "length", "control") if k in run} for run in runs]
+    done = [{k: run[k] for k in ("part", "document", "recipe", "distance", "length", "control", "probe") if k in run} for run in runs]
     return next((key for key in _keys(config) if key not in done), None)
 
 
@@ -289,9 +305,13 @@ def measure(model, tokenizer, config: dict, key: dict) -> dict:
         accuracy = []
         for d in range(config["documents"]):
             doc = _document_of(config, d, tokenizer)
+            segment = None  # random ids; a text probe copies the middle of the next document
+            if key.get("probe") == "text":
+                segment = text_segment(_document_of(config, (d + 1) % config["documents"], tokenizer)["ids"],
+                                       config["probe_tokens"])
             tokens, copy = induction_probe(doc["ids"], key["distance"], config["probe_tokens"],
                                            config["probe_seed"] + d, tokenizer.vocab_size,
-                                           repeat=key.get("control") != "negative")
+                                           repeat=key.get("control") != "negative", segment=segment)
             accuracy.append(probe_accuracy(model, tokens, copy))
         return {"accuracy": accuracy, "copy_starts_at": copy, "probe_tokens": config["probe_tokens"]}
     doc = _document_of(config, key["document"], tokenizer)
@@ -422,11 +442,13 @@ def far_context_curves(record: dict, kind: str | None = None) -> dict:
             for name in readings}
 
 
-def retrieval_rows(record: dict, recipe: str = "none", level: float = 0.95) -> dict:
+def retrieval_rows(record: dict, recipe: str = "none", probe: str = "random", level: float = 0.95) -> dict:
     """``{distance: (mean, low, high)}``: the induction probe's top-1 accuracy by distance, its t-interval over
-    the probes (one per document); the negative control (no earlier copy) under the key ``"no earlier copy"``."""
+    the probes (one per document); the negative control (no earlier copy) under the key ``"no earlier copy"``.
+    ``probe``: ``"random"`` (random ids) or ``"text"`` (the middle of the next document)."""
     rows = {}
-    for run in sorted(_runs(record, "retrieval", recipe=recipe), key=lambda run: run["distance"]):
+    runs = [run for run in _runs(record, "retrieval", recipe=recipe) if run.get("probe", "random") == probe]
+    for run in sorted(runs, key=lambda run: run["distance"]):
         name = "no earlier copy" if run.get("control") == "negative" else run["distance"]
         rows[name] = t_interval(run["accuracy"], level)
     return rows
