@@ -128,10 +128,11 @@ def test_far_context_rows_are_the_mean_difference_over_documents_with_holm():
 
 
 def test_the_effective_length_is_the_last_distance_before_the_first_failure():
-    rows = {256: (0.9, 0.8, 1.0), 1024: (0.7, 0.55, 0.85), 2048: (0.5, 0.4, 0.6), 4096: (0.8, 0.7, 0.9),
+    # NoLiMa's rule: a distance fails when its mean falls below 85% of the shortest distance's (0.85 x 0.9)
+    rows = {256: (0.9, 0.8, 1.0), 1024: (0.77, 0.55, 0.85), 2048: (0.76, 0.4, 0.9), 4096: (0.8, 0.7, 0.9),
             "no earlier copy": (0.0, 0.0, 0.0)}
     assert rm.effective_length(rows) == 1024
-    assert rm.effective_length({256: (0.4, 0.3, 0.5)}) is None
+    assert rm.effective_length({256: (0.4, 0.3, 0.5)}) == 256 and rm.effective_length({}) is None
 
 
 def test_extension_rows_pair_the_recipes_by_document_with_the_truncated_reading_as_a_row():

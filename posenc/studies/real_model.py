@@ -240,10 +240,11 @@ def _keys(config: dict) -> list[dict]:
         keys += [{"part": "retrieval", "recipe": "none", "distance": d, "probe": "text"} for d in within]
         keys += [{"part": "retrieval", "recipe": "none", "distance": within[0], "probe": "text",
                   "control": "negative"}] if within else []
-    keys += [{"part": "streaming", "document": d} for d in range(config["streams"]) if "streaming" in parts]
-    if "extension" in parts:
-        keys += [{"part": "extension", "recipe": r, "document": d, "length": config["extension_tokens"]}
-                 for d in docs for r in config["recipes"]]
+    streams = [{"part": "streaming", "document": d} for d in range(config["streams"]) if "streaming" in parts]
+    extension = [{"part": "extension", "recipe": r, "document": d, "length": config["extension_tokens"]}
+                 for d in docs for r in config["recipes"] if "extension" in parts]
+    first = 2 * len(config["recipes"])  # the first stream, every recipe on a code and a prose document, the rest
+    keys += streams[:1] + extension[:first] + streams[1:] + extension[first:]
     if "retrieval" in parts:
         keys += [{"part": "retrieval", "recipe": "none", "distance": d} for d in config["distances"]
                  if d not in within]
@@ -373,7 +374,7 @@ def perplexities(binned: list[float]) -> list[float]:
 
 # ---- reading a record (the real-model chapter, chapters 7, 12, 13 and 15) --------------------------------
 
-PASS_ACCURACY = 0.5  # a retrieval probe's control passes where the lower 95% bound of its accuracy is above this
+NOLIMA_SHARE = 0.85  # effective length: the longest distance whose accuracy keeps 85% of the shortest's (NoLiMa)
 
 
 def _runs(record: dict, part: str, **selection) -> list[dict]:
@@ -454,12 +455,16 @@ def retrieval_rows(record: dict, recipe: str = "none", probe: str = "random", le
     return rows
 
 
-def effective_length(rows: dict, threshold: float = PASS_ACCURACY) -> int | None:
-    """The largest distance up to which every probed distance passes (lower bound above ``threshold``), from
-    ``retrieval_rows``; None if the shortest already fails."""
-    passed = None
-    for distance, (_, low, _) in sorted((d, v) for d, v in rows.items() if isinstance(d, int)):
-        if low <= threshold:
+def effective_length(rows: dict, share: float = NOLIMA_SHARE) -> int | None:
+    """The largest distance up to which every probed distance keeps a mean accuracy of at least ``share`` of
+    the shortest distance's (NoLiMa's rule, which puts a model's effective length where it falls below 85% of
+    its own short-context score), from ``retrieval_rows``; None when no distance was probed."""
+    distances = sorted(d for d in rows if isinstance(d, int))
+    if not distances:
+        return None
+    bar, passed = share * rows[distances[0]][0], None
+    for distance in distances:
+        if rows[distance][0] < bar:
             break
         passed = distance
     return passed
@@ -520,4 +525,4 @@ def _extension_per_document(record: dict, length: int, span: tuple[int, int]) ->
 __all__ = ["RECIPES", "PRESETS", "documents", "pair_sizes", "induction_probe", "probe_accuracy", "next_run", "run",
            "measure", "perplexities", "wavelength", "frequency_rows", "sink_rows", "strongest_sink_heads",
            "far_context_rows", "far_context_curves", "retrieval_rows", "effective_length", "stream_rows",
-           "extension_rows", "extension_pairs", "PASS_ACCURACY"]
+           "extension_rows", "extension_pairs", "NOLIMA_SHARE"]
