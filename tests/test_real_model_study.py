@@ -186,3 +186,42 @@ def test_a_text_probe_copies_a_given_segment_and_its_negative_plants_it_only_at_
                         "accuracy": [0.9, 1.0]}]}
     assert rm.retrieval_rows(record)[256][0] == pytest.approx(0.6)
     assert rm.retrieval_rows(record, probe="text")[256][0] == pytest.approx(0.95)
+
+
+def test_stream_rows_and_pairs_read_every_stream_of_every_run():
+    def run(name, starts, values):  # values: {reading: per-stream constant loss}
+        return {"part": "streaming", "doc": {"name": name}, "stream_starts": starts,
+                **{r: [[v] * 4 for v in values[r]] for r in rm.STREAM_READINGS}}
+
+    losses = {"rolling, sinks": [1.0, 2.0], "rolling, no sinks": [1.5, 2.5], "recomputed": [1.0, 2.0],
+              "dense": [3.0, 3.0]}
+    record = _record([run("a", [0, 4095], losses),
+                      run("b", [0], {r: [v[0] + 0.1] for r, v in losses.items()})])
+    rows = rm.stream_rows(record)
+    assert rows["rolling, sinks"][0] == pytest.approx((math.exp(1.0) + math.exp(2.0) + math.exp(1.1)) / 3)
+    pairs = rm.stream_pairs(record, {"no sinks vs sinks": ("rolling, no sinks", "rolling, sinks")})
+    expected = [100 * (math.exp(x + 0.5) / math.exp(x) - 1) for x in (1.0, 2.0, 1.1)]
+    assert pairs["no sinks vs sinks"]["interval"][0] == pytest.approx(sum(expected) / 3)
+    assert rm.stream_rows(record, span=(0, 1024))["dense"][0] == pytest.approx(math.exp(3.0) * 2 / 3 + math.exp(3.1) / 3)
+
+
+def test_toy_claims_read_each_conclusion_by_its_rule():
+    fast = [1.0] * 32
+    fast[3] = 5.0  # a layer whose largest pair turns within 8,192 (pair 3: wavelength ~ 18 tokens)
+    slow = [1.0] * 32
+    slow[25] = 5.0
+    runs = [{"part": "frequencies", "q": [slow, fast], "k": [slow, slow]},
+            *[{"part": "sinks", "first_token_share": {"document start (no BOS)": [[0.001] * 9, [0.001] * 9]}}
+              for _ in range(3)],
+            *[{"part": "far_context", "last 256, per-token difference": d} for d in (0.3, 0.31, 0.29, 0.3)],
+            {"part": "retrieval", "recipe": "none", "distance": 256, "accuracy": [0.9, 0.92, 0.88]},
+            {"part": "retrieval", "recipe": "none", "distance": 4096, "accuracy": [0.5, 0.52, 0.48]}]
+    claims = rm.toy_claims(_record(runs, sink_tokens_read=512))
+    verdict = {claim: row["verdict"] for claim, row in claims.items()}
+    assert verdict["the slow pairs carry the largest queries and keys (Barbero et al.)"] == "does not hold"
+    assert verdict["without a BOS token no first-token sink forms"] == "holds"  # no layer above 20x even
+    assert verdict["text gains nothing from context beyond a few hundred tokens"] == "does not hold"
+    assert verdict["retrieval falls short of the trained length (RULER's effective length)"] == "holds"
+    assert verdict["sink tokens change nothing measurable in a rolling cache"] == "not run yet"
+    assert "1 of 2 layers" in claims["the slow pairs carry the largest queries and keys (Barbero et al.)"][
+        "on SmolLM2-135M"]

@@ -470,17 +470,40 @@ def effective_length(rows: dict, share: float = NOLIMA_SHARE) -> int | None:
     return passed
 
 
-def stream_rows(record: dict, skip: int | None = None, level: float = 0.95) -> dict:
-    """``{reading: (mean, low, high)}``: perplexity of each streaming reading over the tokens after the first
-    ``skip`` (default the cache size: where the readings differ), t-interval over the streams."""
-    skip = record["config"]["cache_tokens"] if skip is None else skip
-    first_bin = skip // record["config"]["bin"]
-    streams: dict[str, list[float]] = {}
+STREAM_READINGS = ("rolling, sinks", "rolling, no sinks", "recomputed", "dense")
+
+
+def _stream_perplexities(record: dict, span: tuple[int, int | None]) -> dict[str, dict[str, float]]:
+    """``{reading: {stream: perplexity over positions span[0] .. span[1]}}`` (``None``: to the end)."""
+    bin_ = record["config"]["bin"]
+    first, last = span[0] // bin_, None if span[1] is None else span[1] // bin_
+    out: dict[str, dict[str, float]] = {}
     for run in _runs(record, "streaming"):
-        for reading in ("rolling, sinks", "rolling, no sinks", "recomputed", "dense"):
-            streams.setdefault(reading, []).extend(
-                math.exp(statistics.fmean(row[first_bin:])) for row in run[reading])
-    return {reading: t_interval(values, level) for reading, values in streams.items()}
+        for reading in STREAM_READINGS:
+            for start, row in zip(run["stream_starts"], run[reading]):
+                out.setdefault(reading, {})[f"{run['doc']['name']} @ {start}"] = \
+                    math.exp(statistics.fmean(row[first:last]))
+    return out
+
+
+def stream_rows(record: dict, span: tuple[int, int | None] | None = None, level: float = 0.95) -> dict:
+    """``{reading: (mean, low, high)}``: perplexity of each streaming reading over the positions ``span``
+    (default: from the cache size, where the readings differ, to the end), t-interval over the streams."""
+    span = (record["config"]["cache_tokens"], None) if span is None else span
+    return {reading: t_interval(list(values.values()), level)
+            for reading, values in _stream_perplexities(record, span).items()}
+
+
+def stream_pairs(record: dict, pairs: dict, span: tuple[int, int | None] | None = None) -> dict:
+    """``paired_family`` of per-stream relative differences ``100 (a / b - 1)`` (per cent) for ``pairs``
+    ``{label: (reading a, reading b)}``, Holm-corrected over the labels."""
+    span = (record["config"]["cache_tokens"], None) if span is None else span
+    per_stream = _stream_perplexities(record, span)
+    family = {}
+    for label, (a, b) in pairs.items():
+        family[label] = ({s: 100 * (per_stream[a][s] / per_stream[b][s] - 1) for s in per_stream[a]},
+                         {s: 0.0 for s in per_stream[a]})
+    return paired_family(family)
 
 
 def extension_rows(record: dict, length: int | None = None, spans=((0, 8192), (8192, 12288), (12288, 16384)),
@@ -522,7 +545,85 @@ def _extension_per_document(record: dict, length: int, span: tuple[int, int]) ->
     return out
 
 
+def _verdict(holds: bool | None) -> str:
+    return "not run yet" if holds is None else ("holds" if holds else "does not hold")
+
+
+def toy_claims(record: dict) -> dict:
+    """``{claim: {"where": chapter, "on SmolLM2-135M": the evidence, "verdict": "holds", "does not hold" or "not
+    run yet"}}``: each conclusion the toy-model chapters drew, read on the real model's record by a stated
+    rule (see each entry's evidence)."""
+    claims = {}
+
+    def add(claim, where, evidence, holds):
+        claims[claim] = {"where": where, "on SmolLM2-135M": evidence, "verdict": _verdict(holds)}
+
+    frequencies = frequency_rows(record)
+    slow = sum(row["its wavelength (tokens)"] > TRAINED_LENGTH for row in frequencies.values())
+    add("the slow pairs carry the largest queries and keys (Barbero et al.)", "chapter 6",
+        f"largest query pair slower than 8,192 in {slow} of {len(frequencies)} layers", slow == len(frequencies))
+    sinks = sink_rows(record)
+    from .streaming import uniform_first_token_share
+    even = uniform_first_token_share(record["config"]["sink_tokens_read"])
+    strong = sum(row["document start (no BOS)"][1] > 20 * even for row in sinks.values())
+    add("without a BOS token no first-token sink forms", "chapter 15",
+        f"{strong} of {len(sinks)} layers give the first token over 20x even attention", strong == 0)
+    far = far_context_rows(record)
+    kept = [name for name, row in far.items() if row["holm"] and row["interval"][1] > 0]
+    add("text gains nothing from context beyond a few hundred tokens", "chapters 7, 10",
+        "the full 8,192-token reading beats " + (", ".join(kept) if kept else "no truncated reading"), not kept)
+    probes = retrieval_rows(record)
+    within = [d for d in probes if isinstance(d, int)]
+    if within:
+        length, best = effective_length(probes), probes[within[0]][0]
+        add("retrieval falls short of the trained length (RULER's effective length)", "chapters 10, 12",
+            f"random-token copy {best:.2f} at {within[0]}; effective length {length:,} of {max(within):,} probed",
+            length < max(within))
+    streams = _stream_perplexities(record, (record["config"]["cache_tokens"], None)) if _runs(record, "streaming") else {}
+    if len(streams.get("dense", {})) >= 2:
+        tests = stream_pairs(record, {"no sinks": ("rolling, no sinks", "rolling, sinks"),
+                                      "sinks": ("rolling, sinks", "recomputed"),
+                                      "dense": ("dense", "recomputed")})
+        low, high = tests["no sinks"]["interval"][1:]
+        add("sink tokens change nothing measurable in a rolling cache", "chapter 15",
+            f"no sinks vs sinks {tests['no sinks']['interval'][0]:+.1f}% [{low:+.1f}, {high:+.1f}]",
+            not tests["no sinks"]["holm"])
+        low, high = tests["sinks"]["interval"][1:]
+        add("a rolling cache with sinks matches recomputation", "chapter 15",
+            f"sinks vs recomputed {tests['sinks']['interval'][0]:+.1f}% [{low:+.1f}, {high:+.1f}]",
+            max(abs(low), abs(high)) < 5)
+        low = tests["dense"]["interval"][1]
+        add("reading densely far beyond the trained length is far worse", "chapter 15",
+            f"dense vs recomputed {tests['dense']['interval'][0]:+.0f}% (lower bound {low:+.0f}%)", low > 50)
+    else:
+        for claim in ("sink tokens change nothing measurable in a rolling cache",
+                      "a rolling cache with sinks matches recomputation",
+                      "reading densely far beyond the trained length is far worse"):
+            add(claim, "chapter 15", "fewer than two streams recorded", None)
+    extension = extension_rows(record, spans=((0, TRAINED_LENGTH), (TRAINED_LENGTH, 2 * TRAINED_LENGTH)))
+    truncated = f"none, last {record['config']['context_tokens']} at once"
+    beyond = f"{TRAINED_LENGTH}-{2 * TRAINED_LENGTH}"
+    documents = len(_extension_per_document(record, record["config"]["extension_tokens"], (0, TRAINED_LENGTH)).get(
+        "none", {}))
+    if truncated in extension and documents >= 2:
+        better = [r for r, row in extension.items() if r != truncated and row[beyond][0] < extension[truncated][beyond][0]]
+        add("no recipe beats the truncated reading on text beyond L", "chapter 7",
+            f"mean perplexity at 8,192-16,384 below the truncated reading's: {', '.join(better) or 'none'}"
+            f" ({documents} documents)", not better)
+        pi = extension.get("PI x4", {}).get(f"0-{TRAINED_LENGTH}")
+        if pi:
+            cost = pi[0] / extension["none"][f"0-{TRAINED_LENGTH}"][0]
+            add("zero-shot PI at factor 4 costs even within L", "chapter 7",
+                f"PI x4 within 8,192: {cost:.2f}x the unscaled perplexity ({documents} documents)", cost > 1.1)
+    else:
+        add("no recipe beats the truncated reading on text beyond L", "chapter 7",
+            "fewer than two documents read by every recipe", None)
+    add("unscaled, a RoPE model cannot retrieve from beyond L; the recipes can", "chapter 7",
+        "probes beyond 8,192 are later runs of the study", None)
+    return claims
+
+
 __all__ = ["RECIPES", "PRESETS", "documents", "pair_sizes", "induction_probe", "probe_accuracy", "next_run", "run",
            "measure", "perplexities", "wavelength", "frequency_rows", "sink_rows", "strongest_sink_heads",
-           "far_context_rows", "far_context_curves", "retrieval_rows", "effective_length", "stream_rows",
-           "extension_rows", "extension_pairs", "NOLIMA_SHARE"]
+           "far_context_rows", "far_context_curves", "retrieval_rows", "effective_length", "stream_rows", "stream_pairs",
+           "extension_rows", "extension_pairs", "NOLIMA_SHARE", "STREAM_READINGS", "toy_claims"]
