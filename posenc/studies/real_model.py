@@ -240,6 +240,9 @@ def _keys(config: dict) -> list[dict]:
         keys += [{"part": "retrieval", "recipe": "none", "distance": d, "probe": "text"} for d in within]
         keys += [{"part": "retrieval", "recipe": "none", "distance": within[0], "probe": "text",
                   "control": "negative"}] if within else []
+        if len(within) > 1:  # distance or position? a short distance with the repeat as late as the longest's
+            keys.append({"part": "retrieval", "recipe": "none", "distance": within[1],
+                         "prefix": 256 + within[-1] - within[1]})
     streams = [{"part": "streaming", "document": d} for d in range(config["streams"]) if "streaming" in parts]
     extension = [{"part": "extension", "recipe": r, "document": d, "length": config["extension_tokens"]}
                  for d in docs for r in config["recipes"] if "extension" in parts]
@@ -257,7 +260,8 @@ def _keys(config: dict) -> list[dict]:
 
 
 def next_run(config: dict, runs: list[dict]) -> dict | None:
-    done = [{k: run[k] for k in ("part", "document", "recipe", "distance", "length", "control", "probe") if k in run} for run in runs]
+    done = [{k: run[k] for k in ("part", "document", "recipe", "distance", "length", "control", "probe", "prefix")
+             if k in run} for run in runs]
     return next((key for key in _keys(config) if key not in done), None)
 
 
@@ -312,7 +316,8 @@ def measure(model, tokenizer, config: dict, key: dict) -> dict:
                                        config["probe_tokens"])
             tokens, copy = induction_probe(doc["ids"], key["distance"], config["probe_tokens"],
                                            config["probe_seed"] + d, tokenizer.vocab_size,
-                                           repeat=key.get("control") != "negative", segment=segment)
+                                           prefix=key.get("prefix", 256), repeat=key.get("control") != "negative",
+                                           segment=segment)
             accuracy.append(probe_accuracy(model, tokens, copy))
         return {"accuracy": accuracy, "copy_starts_at": copy, "probe_tokens": config["probe_tokens"]}
     doc = _document_of(config, key["document"], tokenizer)
@@ -450,7 +455,8 @@ def retrieval_rows(record: dict, recipe: str = "none", probe: str = "random", le
     rows = {}
     runs = [run for run in _runs(record, "retrieval", recipe=recipe) if run.get("probe", "random") == probe]
     for run in sorted(runs, key=lambda run: run["distance"]):
-        name = "no earlier copy" if run.get("control") == "negative" else run["distance"]
+        name = ("no earlier copy" if run.get("control") == "negative" else
+                f"{run['distance']}, repeat at {run['prefix'] + run['distance']}" if "prefix" in run else run["distance"])
         rows[name] = t_interval(run["accuracy"], level)
     return rows
 
