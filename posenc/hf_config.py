@@ -94,6 +94,7 @@ and no query/key norms, so the equality tests build their Hugging Face models th
 from __future__ import annotations
 
 import copy
+import warnings
 from collections import Counter
 from dataclasses import dataclass
 
@@ -176,7 +177,9 @@ _REFUSED = {
 
 def _require_transformers():
     try:
-        import transformers
+        with warnings.catch_warnings():  # its tqdm.auto warns in a Jupyter kernel without ipywidgets
+            warnings.filterwarnings("ignore", message="IProgress not found")
+            import transformers
     except ImportError as error:
         raise ImportError("plan_from_hf_config reads configs through transformers' own config classes: "
                           "pip install 'transformers>=5'") from error

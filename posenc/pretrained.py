@@ -53,7 +53,6 @@ import contextlib
 import functools
 import importlib.util
 import os
-import warnings
 from dataclasses import replace
 from pathlib import Path
 
@@ -105,9 +104,7 @@ def _reader(path: str, size: int, modified_ns: int):
     """``gguf.GGUFReader(path)`` (memory-mapped), kept for the next load of the same unchanged file: parsing the
     metadata (the tokenizer's 98,000 strings) takes seconds, dequantising about one."""
     try:
-        with warnings.catch_warnings():  # gguf imports tqdm.auto, which warns in a kernel without ipywidgets
-            warnings.filterwarnings("ignore", message="IProgress not found")
-            import gguf
+        import gguf
     except ImportError as error:
         raise ModuleNotFoundError(f"posenc reads GGUF files with the gguf package: pip install {GGUF_REQUIREMENT}",
                                   name="gguf") from error

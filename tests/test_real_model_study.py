@@ -227,3 +227,14 @@ def test_toy_claims_read_each_conclusion_by_its_rule():
     assert verdict["sink tokens change nothing measurable in a rolling cache"] == "not run yet"
     assert "1 of 2 layers" in claims["the slow pairs carry the largest queries and keys (Barbero et al.)"][
         "on SmolLM2-135M"]
+
+
+def test_the_shuffled_control_joins_chunks_of_different_documents():
+    config = dict(rm.PRESETS["tiny"], documents=2, doc_tokens=600, context_tokens=128)
+    rm._LOADED.clear()
+    ids, described = rm._shuffled(config, 0, Characters(), chunk=32)
+    docs = [rm._document_of(config, d, Characters())["ids"] for d in range(2)]
+    assert len(ids) == 128 and described["kind"] == "shuffled"
+    for j in range(4):  # chunk j from document j % 2, at offset 32 j: neighbours from other documents
+        assert ids[32 * j:32 * (j + 1)] == docs[j % 2][32 * j:32 * (j + 1)]
+    rm._LOADED.clear()

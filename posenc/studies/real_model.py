@@ -240,6 +240,8 @@ def _keys(config: dict) -> list[dict]:
         keys += [{"part": "retrieval", "recipe": "none", "distance": d, "probe": "text"} for d in within]
         keys += [{"part": "retrieval", "recipe": "none", "distance": within[0], "probe": "text",
                   "control": "negative"}] if within else []
+        # random ids drawn only from ids the documents use (rare ids may be what keeps the copy below 0.95)
+        keys += [{"part": "retrieval", "recipe": "none", "distance": d, "probe": "seen"} for d in within[:1]]
         if len(within) > 1:  # distance or position? a short distance with the repeat as late as the longest's
             keys.append({"part": "retrieval", "recipe": "none", "distance": within[1],
                          "prefix": 256 + within[-1] - within[1]})
@@ -247,6 +249,8 @@ def _keys(config: dict) -> list[dict]:
     extension = [{"part": "extension", "recipe": r, "document": d, "length": config["extension_tokens"]}
                  for d in docs for r in config["recipes"] if "extension" in parts]
     first = 2 * len(config["recipes"])  # the first stream, every recipe on a code and a prose document, the rest
+    if "far_context" in parts:  # the negative control: chunks of different documents, nothing far to use
+        keys += [{"part": "far_context", "document": d, "control": "shuffled"} for d in range(min(2, config["documents"]))]
     keys += streams[:1] + extension[:first] + streams[1:] + extension[first:]
     if "retrieval" in parts:
         keys += [{"part": "retrieval", "recipe": "none", "distance": d} for d in config["distances"]
@@ -284,6 +288,19 @@ def _document_of(config: dict, index: int, tokenizer) -> dict:
     return _LOADED[key][index]
 
 
+def _shuffled(config: dict, first: int, tokenizer, chunk: int = 512) -> tuple[list[int], dict]:
+    """The far-context negative control's text: ``context_tokens // chunk`` chunks of ``chunk`` tokens, chunk j
+    from document ``(first + j) % documents`` at offset ``j * chunk``, so that no chunk's neighbours come from
+    its own document: the far context holds nothing about the near one but style."""
+    n = config["documents"]
+    ids = []
+    for j in range(config["context_tokens"] // chunk):
+        source = _document_of(config, (first + j) % n, tokenizer)["ids"]
+        ids += source[j * chunk:(j + 1) * chunk]
+    return ids, {"name": f"shuffled: {chunk}-token chunks of the {n} documents, from document {first}",
+                 "kind": "shuffled", "source": "the documents above", "sha256": "", "available_tokens": len(ids)}
+
+
 def _described(doc: dict) -> dict:
     return {k: doc[k] for k in ("name", "kind", "source", "sha256", "available_tokens")}
 
@@ -311,6 +328,11 @@ def measure(model, tokenizer, config: dict, key: dict) -> dict:
         for d in range(config["documents"]):
             doc = _document_of(config, d, tokenizer)
             segment = None  # random ids; a text probe copies the middle of the next document
+            if key.get("probe") == "seen":
+                pool = torch.tensor(sorted({i for k in range(config["documents"])
+                                            for i in _document_of(config, k, tokenizer)["ids"]}))
+                generator = torch.Generator().manual_seed((config["probe_seed"] + d) * 1_000_003 + key["distance"])
+                segment = pool[torch.randint(0, len(pool), (config["probe_tokens"],), generator=generator)].tolist()
             if key.get("probe") == "text":
                 segment = text_segment(_document_of(config, (d + 1) % config["documents"], tokenizer)["ids"],
                                        config["probe_tokens"])
@@ -323,6 +345,8 @@ def measure(model, tokenizer, config: dict, key: dict) -> dict:
     doc = _document_of(config, key["document"], tokenizer)
     ids = doc["ids"]
     result = {"doc": _described(doc)}
+    if key.get("control") == "shuffled":
+        ids, result["doc"] = _shuffled(config, key["document"], tokenizer)
     if part == "sinks":
         n = config["sink_tokens_read"]
         middle = len(ids) // 2
@@ -427,12 +451,16 @@ def strongest_sink_heads(record: dict, reading: str = "document start (no BOS)",
     return sorted(heads, key=lambda row: -row[2])[:count]
 
 
-def far_context_rows(record: dict) -> dict:
+def _far_runs(record: dict, control: str | None) -> list[dict]:
+    return [run for run in _runs(record, "far_context") if run.get("control") == control]
+
+
+def far_context_rows(record: dict, control: str | None = None) -> dict:
     """``{f"last {c}": {"interval", "p", "holm"}}``: the per-token loss of the truncated reading minus the
     full reading (nats, tokens after the first c), its t-interval over documents, the one-sample t-test's p
     and Holm's correction over the truncations. Positive: the full reading predicts better, the text's far
-    context is used."""
-    runs = _runs(record, "far_context")
+    context is used. ``control="shuffled"``: the negative control's runs (chunks of different documents)."""
+    runs = _far_runs(record, control)
     truncations = record["config"]["truncations"]
     pairs = {f"last {c}": ({i: run[f"last {c}, per-token difference"] for i, run in enumerate(runs)},
                            {i: 0.0 for i in range(len(runs))}) for c in truncations}
@@ -442,7 +470,7 @@ def far_context_rows(record: dict) -> dict:
 def far_context_curves(record: dict, kind: str | None = None) -> dict:
     """``{reading: [perplexity per bin]}``: each reading's loss per position bin averaged over the documents
     (of ``kind``, "code" or "prose", or all), as perplexity."""
-    runs = [run for run in _runs(record, "far_context") if kind in (None, run["doc"]["kind"])]
+    runs = [run for run in _far_runs(record, None) if kind in (None, run["doc"]["kind"])]
     readings = ["full"] + [f"last {c}" for c in record["config"]["truncations"]]
     return {name: perplexities([statistics.fmean(values) for values in zip(*(run[name] for run in runs))])
             for name in readings}
