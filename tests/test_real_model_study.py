@@ -223,7 +223,7 @@ def test_toy_claims_read_each_conclusion_by_its_rule():
     assert verdict["the slow pairs carry the largest queries and keys (Barbero et al.)"] == "does not hold"
     assert verdict["without a BOS token no first-token sink forms"] == "holds"  # no layer above 20x even
     assert verdict["text gains nothing from context beyond a few hundred tokens"] == "does not hold"
-    assert verdict["retrieval falls short of the trained length (RULER's effective length)"] == "holds"
+    assert verdict["copying falls short of the trained length (an induction-copy range)"] == "holds"
     assert verdict["sink tokens change nothing measurable in a rolling cache"] == "not run yet"
     assert "1 of 2 layers" in claims["the slow pairs carry the largest queries and keys (Barbero et al.)"][
         "on SmolLM2-135M"]
