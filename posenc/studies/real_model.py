@@ -40,8 +40,10 @@ Parts (one run per document, recipe or probe set; ``next_run`` walks them in thi
   negative control), and a position control (a short distance with the repeat as late in the window as
   the longest distance's, ``prefix``).
 
-The far-context reading has a negative control too (``control="shuffled"``): 512-token chunks of different
-documents, in which the far context holds nothing about the near one.
+The far-context reading has a negative control too (``control="shuffled"``): 1,024-token chunks of the 8
+documents, each once, so that a chunk's far context is other documents; it is scored only on the tokens
+whose own chunk both readings see whole (offset in the chunk at most c/2), where the full reading can gain
+nothing but the other documents.
 """
 
 from __future__ import annotations
@@ -298,17 +300,18 @@ def _document_of(config: dict, index: int, tokenizer) -> dict:
     return _LOADED[key][index]
 
 
-def _shuffled(config: dict, first: int, tokenizer, chunk: int = 512) -> tuple[list[int], dict]:
-    """The far-context negative control's text: ``context_tokens // chunk`` chunks of ``chunk`` tokens, chunk j
-    from document ``(first + j) % documents`` at offset ``j * chunk``, so that no chunk's neighbours come from
-    its own document: the far context holds nothing about the near one but style."""
+def _shuffled(config: dict, first: int, tokenizer, chunk: int = 1024) -> tuple[list[int], dict]:
+    """The far-context negative control's text: ``context_tokens // chunk`` chunks of ``chunk`` tokens (8 of
+    1,024: each document once), chunk j from document ``(first + j) % documents`` at offset ``j * chunk``:
+    the far context of a chunk is other documents, which hold nothing about it but style."""
     n = config["documents"]
     ids = []
     for j in range(config["context_tokens"] // chunk):
         source = _document_of(config, (first + j) % n, tokenizer)["ids"]
         ids += source[j * chunk:(j + 1) * chunk]
     return ids, {"name": f"shuffled: {chunk}-token chunks of the {n} documents, from document {first}",
-                 "kind": "shuffled", "source": "the documents above", "sha256": "", "available_tokens": len(ids)}
+                 "kind": "shuffled", "source": "the documents above", "sha256": "", "available_tokens": len(ids),
+                 "chunk": chunk}
 
 
 def _described(doc: dict) -> dict:
@@ -378,6 +381,10 @@ def measure(model, tokenizer, config: dict, key: dict) -> dict:
                                                         batch_size=1)[0]
             result[f"last {c}"] = _binned(truncated, config["bin"])
             result[f"last {c}, per-token difference"] = float((truncated - full)[c:].mean())
+            if "chunk" in result["doc"]:  # the control: only tokens whose own chunk both readings see whole
+                target = torch.arange(1, L)  # loss i predicts token i + 1
+                seen = (target % result["doc"]["chunk"] <= c // 2) & (target > c)
+                result[f"last {c}, per-token difference, own chunk seen"] = float((truncated - full)[seen].mean())
         return result
     if part == "streaming":
         # every stream of n tokens the document holds (a 32,768-token code file: two, its halves), decoded as
@@ -476,7 +483,8 @@ def far_context_rows(record: dict, control: str | None = None) -> dict:
     if len(runs) < 2:
         return {}
     truncations = record["config"]["truncations"]
-    pairs = {f"last {c}": ({i: run[f"last {c}, per-token difference"] for i, run in enumerate(runs)},
+    key = "per-token difference" + (", own chunk seen" if control == "shuffled" else "")
+    pairs = {f"last {c}": ({i: run[f"last {c}, {key}"] for i, run in enumerate(runs)},
                            {i: 0.0 for i in range(len(runs))}) for c in truncations}
     return paired_family(pairs)
 
