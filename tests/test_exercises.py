@@ -68,6 +68,7 @@ def test_apply_rope_right_and_wrong():
                            (lambda x, p, b: rope(x, p, b, shift=1), "off by one"),
                            (lambda x, p, b: rope(x, p, b, sign=-1), "wrong way"),
                            (lambda x, p, b: rope(x, p, b, dtype=torch.float16), "half precision"),
+                           (lambda x, p, b: rope(x, p, b, dtype=torch.bfloat16), "bfloat16"),
                            (lambda x, p, b: x, "differs from posenc")):
         with pytest.raises(ex.ExerciseFailed, match=message):
             ex.check_apply_rope(wrong)
