@@ -300,10 +300,26 @@ def streaming_token_losses(model: torch.nn.Module, data: torch.Tensor, length: i
     windows = _windows(data, starts, length).to(device)
     if bos is not None:  # read [bos, x_0 .. x_{length-2}], predict x_0 .. x_{length-1}
         windows = torch.cat([torch.full_like(windows[:, :1], bos), windows[:, :-1]], dim=1)
+    return rolling_cache_losses(model, windows, sink_tokens=sink_tokens, window=window)
+
+
+@torch.no_grad()
+def rolling_cache_losses(model: torch.nn.Module, windows: torch.Tensor, *, sink_tokens: int,
+                         window: int) -> torch.Tensor:
+    """Token ``t + 1``'s loss for every ``t`` of ``windows`` (``[batch, length + 1]`` token ids, on the model's
+    device), each row decoded one token at a time through its own rolling KV cache (the first
+    ``sink_tokens`` tokens and the last ``window``). Rows from different documents share one batch: a
+    decoding step's cost is mostly reading the weights, so more rows cost little more.
+
+    Returns:
+        float32 ``[batch, length]``, on the CPU.
+    """
+    if check_tensor("windows", windows, min_dim=2).dim() != 2 or windows.shape[1] < 2:
+        raise ValueError(f"windows must be [batch, length + 1] with length >= 1, got shape {tuple(windows.shape)}")
     model.eval()
     cache = model.new_cache(sink_tokens=sink_tokens, window=window)
     losses = []
-    for t in range(length):
+    for t in range(windows.shape[1] - 1):
         logits = model(windows[:, t:t + 1], cache=cache)[:, 0].float()
         losses.append(F.cross_entropy(logits, windows[:, t + 1], reduction="none"))
     return torch.stack(losses, dim=1).cpu()

@@ -156,22 +156,28 @@ def test_extension_rows_pair_the_recipes_by_document_with_the_truncated_reading_
         rm.extension_pairs(record, (0, 8192), "YaRN x9")
 
 
-def test_streaming_reads_every_stream_the_document_holds_as_one_batch():
+def test_streaming_reads_every_stream_of_every_document_as_one_batch():
     torch.manual_seed(0)
     model = TransformerLM(60, 16, 1, 2, position="rope", n_kv_heads=1, bias=False, norm="rms", mlp="swiglu").eval()
-    config = dict(rm.PRESETS["tiny"], stream_tokens=40, cache_tokens=16, sink_count=2, bin=8, doc_tokens=100)
+    config = dict(rm.PRESETS["tiny"], stream_tokens=40, cache_tokens=16, sink_count=2, bin=8, doc_tokens=100,
+                  streams=2, prose_tokens=50)
 
     class Small(Characters):
         def encode(self, text):
             return [ord(c) % 60 for c in text]
 
     rm._LOADED.clear()
-    out = rm.measure(model, Small(), config, {"part": "streaming", "document": 0})
-    assert out["stream_starts"] == [0, 39]  # 100 tokens hold two streams of 40 (39 inputs + the last target)
-    assert len(out["dense"]) == 2 and len(out["dense"][0]) == 5  # 39 positions in bins of 8
-    ids = torch.tensor(rm._document_of(config, 0, Small())["ids"])
-    second = evaluate.token_losses(model, ids[39:79], 39, n_windows=1)[0]
+    out = rm.measure(model, Small(), config, {"part": "streaming"})
+    docs = [rm._document_of(config, d, Small()) for d in range(2)]
+    # 100 code tokens hold two streams of 40 (39 inputs + the last target); 50 prose tokens one
+    assert [(s["doc"], s["start"]) for s in out["streams"]] == [(docs[0]["name"], 0), (docs[0]["name"], 39),
+                                                              (docs[1]["name"], 0)]
+    assert len(out["dense"]) == 3 and len(out["dense"][0]) == 5  # 39 positions in bins of 8
+    second = evaluate.token_losses(model, torch.tensor(docs[0]["ids"][39:79]), 39, n_windows=1)[0]
     assert out["dense"][1][0] == pytest.approx(float(second[:8].mean()), rel=1e-5)
+    prose = torch.tensor(docs[1]["ids"][:40])  # the batched rolling cache equals decoding the stream alone
+    alone = evaluate.streaming_token_losses(model, prose, 39, sink_tokens=2, window=14, n_windows=1)[0]
+    assert out["rolling, sinks"][2][-1] == pytest.approx(float(alone[32:].mean()), rel=1e-5)
     rm._LOADED.clear()
 
 
@@ -192,7 +198,7 @@ def test_a_text_probe_copies_a_given_segment_and_its_negative_plants_it_only_at_
 
 def test_stream_rows_and_pairs_read_every_stream_of_every_run():
     def run(name, starts, values):  # values: {reading: per-stream constant loss}
-        return {"part": "streaming", "doc": {"name": name}, "stream_starts": starts,
+        return {"part": "streaming", "streams": [{"doc": name, "start": start} for start in starts],
                 **{r: [[v] * 4 for v in values[r]] for r in rm.STREAM_READINGS}}
 
     losses = {"rolling, sinks": [1.0, 2.0], "rolling, no sinks": [1.5, 2.5], "recomputed": [1.0, 2.0],

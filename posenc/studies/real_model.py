@@ -20,8 +20,8 @@ Parts (one run per document, recipe or probe set; ``next_run`` walks them in thi
 - ``far_context``: the loss of every token of the first ``context_tokens`` tokens (the full reading) beside
   the truncated readings (each token predicted from at most its last c tokens, c in ``truncations``,
   ``evaluate.truncated_token_losses`` with a stride of c/2: every later token sees between c/2 and c tokens).
-- ``streaming``: every stream of ``stream_tokens`` tokens a document holds (one run per document, its
-  streams decoded as one batch) read four ways, StreamingLLM's experiment: a rolling
+- ``streaming``: every stream of ``stream_tokens`` tokens the first ``streams`` documents hold (one run,
+  all streams decoded as one batch) read four ways, StreamingLLM's experiment: a rolling
   cache of ``sink_count`` first tokens and the last ``cache_tokens - sink_count``, the same cache with no
   sinks (plain eviction), recomputation (each token re-reads its last ``cache_tokens`` tokens from scratch,
   stride ``cache_tokens // 4``), and the dense reading (all tokens at once, far beyond the trained 8,192).
@@ -257,13 +257,12 @@ def _keys(config: dict) -> list[dict]:
         if len(within) > 1:  # distance or position? a short distance with the repeat as late as the longest's
             keys.append({"part": "retrieval", "recipe": "none", "distance": within[1],
                          "prefix": 256 + within[-1] - within[1]})
-    streams = [{"part": "streaming", "document": d} for d in range(config["streams"]) if "streaming" in parts]
+    streams = [{"part": "streaming"}] if "streaming" in parts else []  # one run: every stream as one batch
     extension = [{"part": "extension", "recipe": r, "document": d, "length": config["extension_tokens"]}
                  for d in docs for r in config["recipes"] if "extension" in parts]
-    first = 2 * len(config["recipes"])  # the first stream, every recipe on a code and a prose document, the rest
     if "far_context" in parts:  # the negative control: chunks of different documents, nothing far to use
         keys += [{"part": "far_context", "document": d, "control": "shuffled"} for d in range(min(2, config["documents"]))]
-    keys += streams[:1] + extension[:first] + streams[1:] + extension[first:]
+    keys += streams + extension
     if "retrieval" in parts:
         keys += [{"part": "retrieval", "recipe": "none", "distance": d} for d in config["distances"]
                  if d not in within]
@@ -355,6 +354,8 @@ def measure(model, tokenizer, config: dict, key: dict) -> dict:
                                            segment=segment)
             accuracy.append(probe_accuracy(model, tokens, copy))
         return {"accuracy": accuracy, "copy_starts_at": copy, "probe_tokens": config["probe_tokens"]}
+    if part == "streaming":
+        return _streaming(model, config, [_document_of(config, d, tokenizer) for d in range(config["streams"])])
     doc = _document_of(config, key["document"], tokenizer)
     ids = doc["ids"]
     result = {"doc": _described(doc)}
@@ -386,22 +387,6 @@ def measure(model, tokenizer, config: dict, key: dict) -> dict:
                 seen = (target % result["doc"]["chunk"] <= c // 2) & (target > c)
                 result[f"last {c}, per-token difference, own chunk seen"] = float((truncated - full)[seen].mean())
         return result
-    if part == "streaming":
-        # every stream of n tokens the document holds (a 32,768-token code file: two, its halves), decoded as
-        # one batch: a step's cost is reading the weights, so two streams cost about what one does
-        n, sinks, cache = config["stream_tokens"], config["sink_count"], config["cache_tokens"]
-        stream = torch.tensor(ids)
-        readings = {
-            "rolling, sinks": evaluate.streaming_token_losses(model, stream, n - 1, sink_tokens=sinks,
-                                                              window=cache - sinks),
-            "rolling, no sinks": evaluate.streaming_token_losses(model, stream, n - 1, sink_tokens=0, window=cache),
-            "recomputed": evaluate.truncated_token_losses(model, stream, n - 1, cache, stride=cache // 4,
-                                                          batch_size=1),
-            "dense": evaluate.token_losses(model, stream, n - 1, batch_size=1),
-        }
-        result["stream_starts"] = evaluate.window_starts(len(ids), n - 1).tolist()
-        result.update({name: [_binned(row, config["bin"]) for row in losses] for name, losses in readings.items()})
-        return result
     if part == "extension":
         result["losses"] = _binned(_losses(model, ids, key["length"]), config["bin"])
         if key["recipe"] == "none":  # the negative control: never more than the trained length at once
@@ -411,6 +396,30 @@ def measure(model, tokenizer, config: dict, key: dict) -> dict:
             result[f"last {L}"] = _binned(truncated, config["bin"])
         return result
     raise ValueError(f"part must be one of {PARTS}, got {part!r}")
+
+
+def _streaming(model, config: dict, docs: list[dict]) -> dict:
+    """StreamingLLM's experiment on every stream of ``stream_tokens`` tokens that ``docs`` hold (a
+    32,768-token code file: two, its halves). The rolling caches decode all streams as one batch: a
+    decoding step's cost is reading the weights, so three streams cost little more than one."""
+    n, sinks, cache = config["stream_tokens"], config["sink_count"], config["cache_tokens"]
+    streams, described = [], []
+    for doc in docs:
+        data = torch.tensor(doc["ids"])
+        for start in evaluate.window_starts(len(doc["ids"]), n - 1).tolist():
+            streams.append(data[start:start + n])
+            described.append({"doc": doc["name"], "start": start})
+    batch = torch.stack(streams)
+    readings = {
+        "rolling, sinks": evaluate.rolling_cache_losses(model, batch, sink_tokens=sinks, window=cache - sinks),
+        "rolling, no sinks": evaluate.rolling_cache_losses(model, batch, sink_tokens=0, window=cache),
+        "recomputed": torch.cat([evaluate.truncated_token_losses(model, row, n - 1, cache, stride=cache // 4,
+                                                                 batch_size=1) for row in streams]),
+        "dense": torch.cat([evaluate.token_losses(model, row, n - 1, batch_size=1) for row in streams]),
+    }
+    out = {"streams": described, "docs": [_described(doc) for doc in docs]}
+    out.update({name: [_binned(row, config["bin"]) for row in losses] for name, losses in readings.items()})
+    return out
 
 
 def perplexities(binned: list[float]) -> list[float]:
@@ -536,8 +545,8 @@ def _stream_perplexities(record: dict, span: tuple[int, int | None]) -> dict[str
     out: dict[str, dict[str, float]] = {}
     for run in _runs(record, "streaming"):
         for reading in STREAM_READINGS:
-            for start, row in zip(run["stream_starts"], run[reading]):
-                out.setdefault(reading, {})[f"{run['doc']['name']} @ {start}"] = \
+            for stream, row in zip(run["streams"], run[reading]):
+                out.setdefault(reading, {})[f"{stream['doc']} @ {stream['start']}"] = \
                     math.exp(statistics.fmean(row[first:last]))
     return out
 
@@ -658,7 +667,7 @@ def toy_claims(record: dict) -> dict:
             f"random-token copy {probes[within[0]][0]:.2f} at {within[0]}; keeps 85% of it up to {reach} tokens",
             after is not None)
     streams = _runs(record, "streaming")
-    count = sum(len(run["stream_starts"]) for run in streams)
+    count = sum(len(run["streams"]) for run in streams)
     if count >= 2:
         tests = stream_pairs(record, {"no sinks": ("rolling, no sinks", "rolling, sinks"),
                                       "sinks": ("rolling, sinks", "recomputed")})
