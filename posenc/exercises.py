@@ -518,7 +518,7 @@ def check_paired_interval(fn) -> bool:
     return _passed("paired interval")
 
 
-# ---- chapter 11: ALiBi's bias with a KV cache ----------------------------------------------------------
+# ---- chapter 13: ALiBi's bias with a KV cache ----------------------------------------------------------
 
 def _alibi_at(slopes: torch.Tensor, query_positions: torch.Tensor, k_len: int) -> torch.Tensor:
     """``-slopes[h] * |p_i - j|`` for queries at ``query_positions``: ``[heads, q_len, k_len]`` float64."""
@@ -548,7 +548,7 @@ def check_alibi_bias(fn) -> bool:
     return _passed("ALiBi bias with a cache")
 
 
-# ---- chapter 12: Llama 4's attention temperature -------------------------------------------------------
+# ---- chapter 20: Llama 4's attention temperature -------------------------------------------------------
 
 def check_attention_temperature(fn) -> bool:
     """``fn(positions, floor_scale, scale)`` -> factors shaped like ``positions``:
@@ -570,7 +570,7 @@ def check_attention_temperature(fn) -> bool:
     return _passed("attention temperature")
 
 
-# ---- chapter 13: partial and proportional rotation -----------------------------------------------------
+# ---- chapter 14: partial and proportional rotation -----------------------------------------------------
 
 def _rotation_mistakes(head_dim: int, base: float, share: float, rope_type: str) -> dict:
     """The other construction, and each with its exponent over the wrong width (float64)."""
@@ -606,7 +606,7 @@ def check_partial_rotation(fn) -> bool:
     return _passed("partial and proportional rotation")
 
 
-# ---- chapter 15: learned sinks -------------------------------------------------------------------------
+# ---- chapter 17: learned sinks -------------------------------------------------------------------------
 
 def check_sink_attention(fn) -> bool:
     """``fn(q, k, v, sinks[heads], mask) -> [batch, heads, q_len, head_dim]``: ``softmax([q k^T / sqrt(d),
@@ -631,7 +631,7 @@ def check_sink_attention(fn) -> bool:
     return _passed("sink attention")
 
 
-# ---- chapter 16: M-RoPE ids ----------------------------------------------------------------------------
+# ---- chapter 18: M-RoPE ids ----------------------------------------------------------------------------
 
 def _mrope_ids(segments, *, advance_by_tokens: bool = False, frames: bool = True) -> torch.Tensor:
     """M-RoPE ids ``[3, seq]`` written out, with switches for two usual mistakes."""
@@ -676,7 +676,7 @@ def check_mrope_positions(fn) -> bool:
     return _passed("M-RoPE ids")
 
 
-# ---- chapter 17: exact binomial intervals --------------------------------------------------------------
+# ---- chapter 11: exact binomial intervals --------------------------------------------------------------
 
 def _solve_decreasing(function, target: float) -> float:
     """The p in (0, 1) where ``function``, decreasing in p, equals ``target`` (bisection)."""

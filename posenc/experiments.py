@@ -8,7 +8,7 @@
     torchrun --nproc_per_node=2 -m posenc.experiments head_to_head --preset tiny --out /tmp/h.json
 
 The studies live in ``posenc.studies`` (one module each: ``context_extension`` for chapter 7,
-``context_use`` and ``head_to_head`` for chapter 10, ``length_generalisation`` for chapter 17...). Presets: ``tiny`` (tests), ``ci`` (a
+``context_use`` and ``head_to_head`` for chapter 10, ``length_generalisation`` for chapter 11...). Presets: ``tiny`` (tests), ``ci`` (a
 chapter's live run), ``full`` (the committed results; hours on a CPU) and ``gpu`` (10x or more the full
 scale, the same code on a CUDA device).
 

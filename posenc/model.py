@@ -216,7 +216,7 @@ class TransformerLM(nn.Module):
         RoPE the kept keys are re-rotated as tokens are evicted, which equals a fresh pass over the kept
         tokens only for a table that does not depend on the length: not for dynamic NTK scaling or
         LongRoPE with ``sink_tokens + window`` above the original length (``posenc.cache``). Dynamic
-        scaling also makes plain cached decoding differ from the full pass (chapter 11).
+        scaling also makes plain cached decoding differ from the full pass (chapter 13).
         """
         if not self.causal:
             raise ValueError("new_cache needs causal=True: a bidirectional model has no incremental decoding")

@@ -5,6 +5,8 @@
     python tests/notebook_tools.py execute [NB.ipynb...] # re-execute in place (default: all), print times
     python tests/notebook_tools.py set-repository [https://github.com/OWNER/REPO]  # see repository_url.py
     python tests/notebook_tools.py check-repository      # every copy of the repository URL agrees with _config.yml
+    python tests/notebook_tools.py renumber              # number the chapters in _toc.yml's order (chapter_refs.py)
+    python tests/notebook_tools.py check-references      # every chapter reference a link with its target's number
 """
 
 from __future__ import annotations
@@ -89,6 +91,17 @@ def main(argv: list[str]) -> None:
         import repository_url
 
         sys.exit(repository_url.main(argv))
+    if argv and argv[0] in ("renumber", "check-references"):
+        sys.path.insert(0, str(ROOT / "book" / "_ext"))
+        import chapter_refs
+
+        if argv[0] == "renumber":
+            for old, new in chapter_refs.renumber().items():
+                print(f"notebooks/{old}.ipynb -> notebooks/{new}.ipynb")
+        found = chapter_refs.all_problems()
+        for path, problems in found.items():
+            print(f"{path}:\n  " + "\n  ".join(problems))
+        sys.exit(1 if found else 0)
     if not argv or argv[0] not in ("list", "execute"):
         sys.exit(__doc__)
     if argv[0] == "list":

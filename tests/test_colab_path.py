@@ -74,14 +74,14 @@ def test_setup_cell_installs_posenc_in_a_fresh_environment(tmp_path):
     after = run(python, "-c", "import posenc; print(posenc.__file__)", env=env, cwd=tmp_path)
     assert after.returncode == 0 and str(env_dir) in after.stdout  # installed into the fresh environment
     assert sys.prefix not in after.stdout
-    # the measured results chapters 10 and 12 read ship inside the installed package
+    # the measured results chapters 10 and 20 read ship inside the installed package
     shipped = run(python, "-c", SHIPPED, env=env, cwd=tmp_path)
     assert shipped.returncode == 0, shipped.stderr
 
 
 # --- Every chapter through the Colab path under a newer Python -------------------------------------------
 #
-# Colab's Python is newer than the project's 3.11, and the corpus of chapters 10-16 is the running Python's
+# Colab's Python is newer than the project's 3.11, and the measured chapters' corpus is the running Python's
 # standard library, so the numbers differ there. This test builds (once, cached outside the checkout in
 # ~/.cache/posenc/venv-newer, or $POSENC_NEWER_VENV, so that every clone on a machine reuses it) a
 # Colab-like environment for a second, newer interpreter: the CUDA build of torch that PyPI gives that

@@ -6,6 +6,7 @@ the folded solution of every chapter's graded exercise is run through its check.
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -116,7 +117,7 @@ def test_forget_bias_right_and_wrong():
             ex.check_forget_bias(wrong)
 
 
-# --- chapters 2, 4, 5, 7, 9-13, 15-17, 19 ---------------------------------------------------------------
+# --- chapters 2, 4, 5, 7, 9, 10, 11, 13, 14, 17, 18, 19 and 20 -------------------------------------------
 
 def binary(positions, bits, msb_first=False, plus_minus=False, no_mod=False):
     rows = []
@@ -434,7 +435,9 @@ def test_chunked_mask_right_and_wrong():
 
 # --- the folded solutions in the chapters pass their checks ---------------------------------------------
 
-GRADED_CHAPTERS = [f"{n:02d}" for n in range(1, 20)]  # every chapter has one
+# every chapter has one, but the real model's (its exercises read the committed record)
+GRADED_CHAPTERS = [p.stem[:2] for p in sorted((Path(__file__).parent.parent / "notebooks").glob("*.ipynb"))
+                   if not p.stem.endswith("_real_model")]
 
 
 def chapter_imports(nb) -> dict:

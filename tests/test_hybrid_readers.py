@@ -1,4 +1,4 @@
-"""The readers chapter 14 adds to posenc.studies.head_to_head, checked on a small record computed by hand."""
+"""The readers chapter 15 adds to posenc.studies.head_to_head, checked on a small record computed by hand."""
 
 import pytest
 

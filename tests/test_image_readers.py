@@ -1,4 +1,4 @@
-"""Readers of the image-positions study (chapter 16), against values computed by hand from a small fake
+"""Readers of the image-positions study (chapter 18), against values computed by hand from a small fake
 record: which runs count, the sweep, intervals over seeds, paired differences and the chance level; and the
 grid model's class head."""
 

@@ -1,4 +1,4 @@
-"""posenc.probes, the per-head first-token readings, and the Bigram-Backcopy task (chapters 9 and 15)."""
+"""posenc.probes, the per-head first-token readings, and the Bigram-Backcopy task (chapters 9 and 17)."""
 
 import pytest
 import torch

@@ -148,7 +148,7 @@ def test_longrope_equals_hugging_face(seq_len, extra):
 
 
 def test_longrope_with_a_cache_is_not_the_full_pass():
-    # review P4-m6 (chapter 11): like Hugging Face's longrope_frequency_update, the table follows
+    # review P4-m6 (chapter 13): like Hugging Face's longrope_frequency_update, the table follows
     # max(position) + 1, so keys cached one by one below the original length keep the short table while a
     # full pass over a longer input rotates every key with the long one
     scaling = {"rope_type": "longrope", "short_factor": random_factors(8, 4), "long_factor": random_factors(8, 5),

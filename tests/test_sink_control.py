@@ -1,4 +1,4 @@
-"""Chapter 15's positive control (posenc.studies.sink_control): the task, the stream readings, the record."""
+"""Chapter 17's positive control (posenc.studies.sink_control): the task, the stream readings, the record."""
 
 import math
 

@@ -1,4 +1,4 @@
-"""Chapter 15's readers of the streaming study's record. Expected values are computed by hand from a
+"""Chapter 17's readers of the streaming study's record. Expected values are computed by hand from a
 small fake record (two seeds, two methods), never by the code under test."""
 
 import math

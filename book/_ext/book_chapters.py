@@ -20,17 +20,13 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
 from notebook_tools import toc_entries  # noqa: E402  (one reader of _toc.yml, shared with the tests)
 
+from chapter_refs import chapter_numbers  # noqa: E402, F401  (typed or linked: "chapters [6](06_rope.ipynb) and 7")
+
 # Reading-time estimate (stated on the teaching page): prose at 150 words a minute (technical text with
 # formulas), visible code at 20 lines a minute; code folded behind a toggle is not counted.
 WORDS_PER_MINUTE = 150
 CODE_LINES_PER_MINUTE = 20
 FOLDED_TAGS = {"hide-input", "hide-cell", "remove-input", "remove-cell"}
-
-_KEYWORD = re.compile(r"\bchapters?\b", re.IGNORECASE)
-_NUMBERS = re.compile(r"\s*(\d+)(?:\s*(?:-|–|to)\s*(\d+))?(?:'s)?")
-_ASIDE = re.compile(r"\s*\([^()]*\)")
-_SEPARATOR = re.compile(r"\s*(?:,\s*and|,|and)\s+(?=\d)")
-
 
 @dataclass(frozen=True)
 class Chapter:
@@ -54,30 +50,6 @@ class Chapter:
         """The reading estimate, rounded up to 5 minutes."""
         minutes = self.words / WORDS_PER_MINUTE + self.code_lines / CODE_LINES_PER_MINUTE
         return 5 * math.ceil(minutes / 5)
-
-
-def chapter_numbers(text: str) -> set[int]:
-    """The chapter numbers a sentence names: "Chapters 1 (the mask), 4 and 6", "chapters (3-9)", ...
-
-    A number counts only in a list that follows the word "chapter(s)"; asides in parentheses after a number
-    are skipped, so "Chapter 7 (Llama 3's rule)" names 7 and not 3.
-    """
-    found: set[int] = set()
-    for keyword in _KEYWORD.finditer(text):
-        pos = keyword.end()
-        opening = re.match(r"\s*\(", text[pos:])  # "the method chapters (3-9)"
-        if opening:
-            pos += opening.end()
-        while match := _NUMBERS.match(text, pos):
-            first, last = int(match[1]), int(match[2] or match[1])
-            found.update(range(first, last + 1))
-            pos = match.end()
-            if aside := _ASIDE.match(text, pos):
-                pos = aside.end()
-            if not (separator := _SEPARATOR.match(text, pos)):
-                break
-            pos = separator.end()
-    return found
 
 
 def _timestamp(text: str) -> datetime:

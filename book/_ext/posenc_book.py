@@ -15,8 +15,13 @@ tests/test_browser.py), and what the book derives at build time instead of typin
   theme's own default (follow the reader's system setting).
 - Pages with an interactive figure (``posenc.interactive``) load plotly.js, copied into the build from the
   ``plotly`` package, so that they work offline.
+- A chapter renamed by ``tests/notebook_tools.py renumber`` keeps its old address: a redirect page for each
+  entry of ``book/redirects.json`` (old docname -> new), anchors kept.
 """
 
+import html
+import json
+import os
 import sys
 from pathlib import Path
 
@@ -118,7 +123,30 @@ def _copy_plotly(app, exception):
         shutil.copyfile(source, Path(app.outdir) / "_static" / PLOTLY)
 
 
+def redirect_page(old: str, new: str) -> str:
+    """The HTML that sends a reader of ``old``'s address (a docname) to ``new``'s, with the same anchor."""
+    target = html.escape(os.path.relpath(f"{new}.html", os.path.dirname(old) or "."))
+    return (f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n<title>Moved to {target}</title>\n'
+            f'<link rel="canonical" href="{target}">\n<meta name="robots" content="noindex">\n'
+            f'<meta http-equiv="refresh" content="0; url={target}">\n'
+            f'<script>location.replace("{target}" + location.hash);</script>\n</head>\n'
+            f'<body><p>This chapter has moved: <a href="{target}">{target}</a>.</p></body>\n</html>\n')
+
+
+def _write_redirects(app, exception):
+    path = book_meta.ROOT / "book" / "redirects.json"
+    if exception is not None or app.builder.format != "html" or not path.exists():
+        return
+    for old, new in json.loads(path.read_text()).items():
+        if new not in app.env.all_docs:
+            raise ValueError(f"book/redirects.json sends {old} to {new}, which is not a page of the book")
+        out = Path(app.outdir) / f"{old}.html"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(redirect_page(old, new))
+
+
 def setup(app):
+    app.connect("build-finished", _write_redirects)
     app.connect("html-page-context", _plotly_on_interactive_pages)
     app.connect("build-finished", _copy_plotly)
     app.connect("config-inited", _default_mode)

@@ -140,7 +140,7 @@ def _rotate_into(out: torch.Tensor, x: torch.Tensor, cos: torch.Tensor, sin: tor
     the tables' dtype, through a scratch chunk when ``out`` is narrower (bfloat16, float16). On the CPU
     that chunk is one run of positions, so no float32 copy of the whole of x is made; on other devices
     there are no chunks, and the scratch holds all of x's rotated features in float32 (which is one
-    reason this is no faster than ``rope_formula`` on a GPU in bfloat16: chapter 11).
+    reason this is no faster than ``rope_formula`` on a GPU in bfloat16: chapter 13).
     """
     rotary_dim, seq = cos.shape[-1], x.shape[-2]
     turn = None

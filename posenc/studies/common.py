@@ -454,7 +454,7 @@ def retrieval(model, validation: torch.Tensor, config: dict, factors, *, truncat
 def copy_by_distance(model, validation: torch.Tensor, config: dict) -> dict:
     """``{"low-high": scores}``: copy at length L with the source ``low`` to ``high`` tokens back, for each
     bin between consecutive ``config["distance_edges"]`` (the first bin from the first edge, each next
-    from one past the edge before it); chapter 14 reads it against a plan's windows."""
+    from one past the edge before it); chapter 15 reads it against a plan's windows."""
     edges, out = config["distance_edges"], {}
     for i, (low, high) in enumerate(zip(edges, edges[1:])):
         low += i > 0

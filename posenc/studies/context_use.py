@@ -76,7 +76,7 @@ PRESETS = {
                 max_bytes=110_000_000, corpus="packages", eval_tokens=262144, probe_rows=256, curve_bin=64),
 }
 
-# chapter 14: the families' layer patterns (``head_to_head.hybrid_plans``) on the same mixture, at the
+# chapter 15: the families' layer patterns (``head_to_head.hybrid_plans``) on the same mixture, at the
 # fractions of L that shipped models use for their windows and chunks (Gemma 3: 1,024 of 32k-128k, L/32 to
 # L/128; gpt-oss: 128 of 131k): L/8 for every family and L/32 for the two local-global ones. A method is
 # "<family>, W <window>"; "local RoPE only" is the negative control (no layer sees past the window, four
@@ -264,7 +264,7 @@ def position_readings(model, initial, validation: torch.Tensor, config: dict) ->
             "stream": bos_stream(model, validation, config)}
 
 
-STREAM_FACTOR, STREAMS = 4, 8  # chapter 15's reading of the chapter 9 models: 8 streams of 4L, BOS first
+STREAM_FACTOR, STREAMS = 4, 8  # chapter 17's reading of the chapter 9 models: 8 streams of 4L, BOS first
 
 
 def bos_stream(model, validation: torch.Tensor, config: dict) -> dict:
@@ -516,7 +516,7 @@ def bos_stream_paired(record: dict, method: str, a: str, b: str) -> tuple[float,
     return t_interval([100 * (math.exp(s[a] - s[b]) - 1) for s in stream.values()])
 
 
-# ---- chapter 14: the families' plans by source distance (the "hybrid" preset) ---------------------------
+# ---- chapter 15: the families' plans by source distance (the "hybrid" preset) ---------------------------
 
 def with_references(record: dict, references: dict, methods) -> dict:
     """``record`` with the reported runs of ``methods`` from ``references`` (a record of the same mixture,

@@ -269,7 +269,7 @@ def mean_curve(record: dict, row: str) -> list[float]:
     return [sum(values) / len(curves) for values in zip(*curves)]
 
 
-# ---- readers for chapter 14 (hybrid layers) ------------------------------------------------------------
+# ---- readers for chapter 15 (hybrid layers) ------------------------------------------------------------
 
 def passkey_summary(record: dict, method: str, part: str = "passkey") -> tuple[dict, list]:
     """``({length: (exact, digits)}, effective_lengths)`` for ``method`` at its chosen learning rate: the

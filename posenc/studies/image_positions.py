@@ -182,7 +182,7 @@ def run(config: dict, key: dict, checkpoint_dir: Path | None) -> dict:
     return result
 
 
-# ---- reading a record (chapter 16): intervals over seeds, paired differences, chance -----------------
+# ---- reading a record (chapter 18): intervals over seeds, paired differences, chance -----------------
 # Added after the committed results were produced. Above this line only the class_head option has been added
 # since (its default, "tied", is what those runs used).
 

@@ -1,4 +1,4 @@
-"""Chapter 17's length-generalisation study: train on answers of length 1..N, test up to 4N.
+"""Chapter 11's length-generalisation study: train on answers of length 1..N, test up to 4N.
 
 Each run is one position method and one seed; it trains one small decoder per task variant
 (``posenc.tasks``) on lengths drawn uniformly from 1..N and scores it by free-running greedy decoding

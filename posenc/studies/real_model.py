@@ -427,7 +427,7 @@ def perplexities(binned: list[float]) -> list[float]:
     return [math.exp(value) for value in binned]
 
 
-# ---- reading a record (the real-model chapter, chapters 7, 12, 13 and 15) --------------------------------
+# ---- reading a record (the real-model chapter, chapters 7, 14, 17 and 20) --------------------------------
 
 NOLIMA_SHARE = 0.85  # effective length: the longest distance whose accuracy keeps 85% of the shortest's (NoLiMa)
 
@@ -650,7 +650,7 @@ def toy_claims(record: dict) -> dict:
     from .streaming import uniform_first_token_share
     even = uniform_first_token_share(record["config"]["sink_tokens_read"])
     strong = sum(row["document start (no BOS)"][1] > 20 * even for row in sinks.values())
-    add("without a BOS token no first-token sink forms", "chapter 15",
+    add("without a BOS token no first-token sink forms", "chapter 17",
         f"{strong} of {len(sinks)} layers give the first token over 20x even attention", strong == 0)
     far = far_context_rows(record)
     kept = [name for name, row in far.items() if row["holm"] and row["interval"][1] > 0]
@@ -663,7 +663,7 @@ def toy_claims(record: dict) -> dict:
         length = effective_length(probes)
         after = next((d for d in within if d > length), None)
         reach = f"{length:,}" + (f" (not at {after:,})" if after else " (the longest probed)")
-        add("copying falls short of the trained length (an induction-copy range)", "chapters 10, 12",
+        add("copying falls short of the trained length (an induction-copy range)", "chapters 10, 20",
             f"random-token copy {probes[within[0]][0]:.2f} at {within[0]}; keeps 85% of it up to {reach} tokens",
             after is not None)
     streams = _runs(record, "streaming")
@@ -676,16 +676,16 @@ def toy_claims(record: dict) -> dict:
                             ("a rolling cache with sinks matches recomputation", tests["sinks"])):
             low, high = test["interval"][1:]
             within_margin = -EQUIVALENCE_PERCENT < low and high < EQUIVALENCE_PERCENT
-            add(claim, "chapter 15", f"{_percent(test['interval'])}, {count} streams", within_margin,
+            add(claim, "chapter 17", f"{_percent(test['interval'])}, {count} streams", within_margin,
                 unresolved=not within_margin and not test["holm"])
-        add("reading densely far beyond the trained length is far worse", "chapter 15",
+        add("reading densely far beyond the trained length is far worse", "chapter 17",
             f"dense vs recomputed beyond 8,192: {_percent(dense['interval'])}, {count} streams",
             dense["interval"][1] > 50, unresolved=not dense["holm"])
     else:
         for claim in ("sink tokens change nothing measurable in a rolling cache",
                       "a rolling cache with sinks matches recomputation",
                       "reading densely far beyond the trained length is far worse"):
-            add(claim, "chapter 15", "fewer than two streams recorded", None)
+            add(claim, "chapter 17", "fewer than two streams recorded", None)
     truncated = f"none, last {record['config']['context_tokens']} at once"
     length = record["config"]["extension_tokens"]
     per_doc = _extension_per_document(record, length, LAST_BIN)

@@ -1,6 +1,6 @@
-"""Chapter 15's positive control: a task in which attention sinks form, and what a rolling cache does to them.
+"""Chapter 17's positive control: a task in which attention sinks form, and what a rolling cache does to them.
 
-The book's language models at this size grow no first-token sink (chapter 15 measures it), so a null about
+The book's language models at this size grow no first-token sink (chapter 17 measures it), so a null about
 sinks there says nothing until a model that has them is read the same way. The Bigram-Backcopy task of Guo
 et al. (2024; ``posenc.tasks.bigram_backcopy``) is such a model's training data: tokens follow a bigram
 table except right after a trigger token, where the token before the trigger comes back. Attention is
@@ -162,7 +162,7 @@ def run(config: dict, key: dict, checkpoint_dir: Path | None) -> dict:
     return result
 
 
-# ---- reading a record (chapter 15): intervals over seeds ----------------------------------------------
+# ---- reading a record (chapter 17): intervals over seeds ----------------------------------------------
 
 def _runs(record: dict, kind: str) -> list[dict]:
     runs = sorted((run for run in record["runs"] if run["method"] == kind), key=lambda run: run["seed"])

@@ -99,7 +99,7 @@ def run(config: dict, key: dict, checkpoint_dir: Path | None) -> dict:
     return result
 
 
-# ---- reading a record (chapter 15): intervals over seeds, paired differences, mean curves ---------------
+# ---- reading a record (chapter 17): intervals over seeds, paired differences, mean curves ---------------
 # (imported here so that the study code above stays as it was when the committed results were made)
 
 def _check_choice(name: str, value: str, choices) -> str:
