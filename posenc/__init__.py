@@ -3,6 +3,8 @@
 One call per method; shapes are in each docstring. See the book for the derivations.
 """
 
+import sys as _sys
+
 from .absolute import (LearnedEncoding, SinusoidalEncoding, resize_position_table_2d, sinusoidal_encoding,
                        sinusoidal_encoding_2d)
 from .alibi import alibi_attention, alibi_bias, alibi_slopes, causal_mask
@@ -13,6 +15,7 @@ from .feedforward import SwiGLU
 from .gqa import GroupedQueryAttention
 from .hf_config import hybrid_layers, plan_from_hf_config
 from .masks import chunked_mask, sliding_window_mask
+from . import mixers
 from .mla import LatentCache, MultiHeadLatentAttention, absorbed_scores, yarn_softmax_scale
 from .model import TransformerLM
 from .norms import RMSNorm
@@ -26,6 +29,13 @@ from .sinks import sink_attention
 from .temperature import attention_temperature
 
 __version__ = "0.2.0"
+
+# The layers without a position encoding were top-level modules before posenc.mixers held them: their old
+# names stay importable (``from posenc.forgetting import forget_bias``, ``import posenc.conv``).
+for _name in ("forgetting", "stick_breaking", "cope", "decay", "conv"):
+    _sys.modules[f"{__name__}.{_name}"] = getattr(mixers, _name)
+    globals()[_name] = getattr(mixers, _name)
+del _name
 
 __all__ = [
     "sinusoidal_encoding", "SinusoidalEncoding", "LearnedEncoding", "sinusoidal_encoding_2d",

@@ -187,7 +187,7 @@ class MultiHeadAttention(Float32Buffers):
             raise ValueError(f"MultiHeadAttention builds mixer='attention', got a LayerSpec with mixer={spec.mixer!r} "
                              f"(TransformerLM builds every kind; posenc.model.MIXER_MODULES names the module)")
         if spec.conv is not None:
-            raise ValueError("LayerSpec.conv is a posenc.conv.ShortConv before the layer, built by TransformerLM's "
+            raise ValueError("LayerSpec.conv is a posenc.mixers.conv.ShortConv before the layer, built by TransformerLM's "
                              "Block, not by MultiHeadAttention: build it yourself or drop conv from the spec")
         rope = {}
         if spec.rope is not None:

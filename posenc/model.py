@@ -22,16 +22,12 @@ from .absolute import LearnedEncoding, SinusoidalEncoding
 from .attention import (ABSOLUTE_METHODS, POSITION_METHODS, KVCache, MultiHeadAttention, checked_positions,
                         joined_positions)
 from .cache import RollingLayerCache
-from .conv import ShortConv
-from .cope import CoPEAttention
-from .decay import DecayLayer
 from .feedforward import make_feed_forward
-from .forgetting import ForgettingAttention
 from .gqa import GroupedQueryAttention
+from .mixers import CoPEAttention, DecayLayer, ForgettingAttention, ShortConv, StickBreakingAttention
 from .norms import make_norm
 from .plan import LayerSpec, Rope, _checked_plan, describe_plan
 from .relative import T5RelativeBias
-from .stick_breaking import StickBreakingAttention
 
 
 # LayerSpec.mixer -> the module that builds it (``from_spec``)
@@ -41,7 +37,7 @@ MIXER_MODULES = {"attention": MultiHeadAttention, "forgetting": ForgettingAttent
 
 class Block(nn.Module):
     """Pre-LN transformer block: ``x + attn(ln(x))`` then ``x + mlp(ln(x))``; with ``conv`` (a width),
-    ``x + attn(h + conv(h))``, ``h = ln(x)``: a Canon layer before the token mixer (``posenc.conv``).
+    ``x + attn(h + conv(h))``, ``h = ln(x)``: a Canon layer before the token mixer (``posenc.mixers.conv``).
 
     ``norm`` and ``norm_eps`` choose the two norms (``posenc.norms``), ``mlp``, ``mlp_hidden`` (default
     ``mlp_ratio * dim``) and ``bias`` the feed-forward layer (``posenc.feedforward``)."""

@@ -106,11 +106,11 @@ class LayerSpec:
             frequencies and the default softmax scale are computed over it.
         mixer: how the layer mixes tokens. ``"attention"`` (default): softmax attention with the fields
             above. The others carry order themselves, with ``position="none"`` and none of the attention
-            fields: ``"forgetting"`` (FoX's forget gate, ``posenc.forgetting``), ``"stick_breaking"``
-            (``posenc.stick_breaking``), ``"cope"`` (contextual positions, ``posenc.cope``) and ``"decay"``
-            (gated linear attention with a data-dependent decay, ``posenc.decay``); ``gate`` applies to all.
+            fields: ``"forgetting"`` (FoX's forget gate, ``posenc.mixers.forgetting``), ``"stick_breaking"``
+            (``posenc.mixers.stick_breaking``), ``"cope"`` (contextual positions, ``posenc.mixers.cope``) and ``"decay"``
+            (gated linear attention with a data-dependent decay, ``posenc.mixers.decay``); ``gate`` applies to all.
         conv: the width of a short causal depthwise convolution added to the layer's input before its mixer
-            (a Canon layer, ``posenc.conv``), or None.
+            (a Canon layer, ``posenc.mixers.conv``), or None.
         cope_positions: for ``mixer="cope"``, how many contextual positions it learns (default
             ``DEFAULT_COPE_POSITIONS``); None otherwise.
     """

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import http.server
+import json
 import os
 import re
 import shutil
@@ -213,6 +214,22 @@ def test_internal_links_resolve(visits, server):
     assert missing == []
 
 
+def test_old_chapter_addresses_lead_to_the_renumbered_chapters(server, browser):
+    """Every entry of book/redirects.json: the old address, with an anchor, opens the new page at it."""
+    redirects = json.loads((ROOT / "book" / "redirects.json").read_text())
+    assert redirects and set(redirects.values()) <= set(toc_files())
+    context = browser.new_context()
+    context.route(re.compile(r"^(?!http://127\.0\.0\.1:).*"), lambda route: route.abort())
+    try:
+        page = context.new_page()
+        for old, new in redirects.items():
+            page.goto(f"{server}/{old}.html#summary")
+            page.wait_for_url(f"{server}/{new}.html#summary", timeout=10_000)
+            assert page.locator("#summary").count() == 1, new
+    finally:
+        context.close()
+
+
 def test_search_finds_rotary(server, browser):
     visit = PageVisit(browser, f"{server}/search.html?q=rotary")
     try:
@@ -384,15 +401,31 @@ def test_printing_switches_a_dark_page_to_the_light_theme(server, browser):
 
 INTERACTIVE_PAGE = "notebooks/19_interactive.html"
 INTERACTIVE = ("rope-clock", "rope-base", "recipes", "longrope", "masks", "mrope")
+# each figure also on the page of the chapter it illustrates
+INTERACTIVE_PAGES = {INTERACTIVE_PAGE: INTERACTIVE,
+                     "notebooks/06_rope.html": ("rope-clock", "rope-base"),
+                     "notebooks/07_context_extension.html": ("recipes", "longrope"),
+                     "notebooks/15_hybrid_layers.html": ("masks",),
+                     "notebooks/18_images_video.html": ("mrope",)}
 
 
-def test_interactive_figures_draw_offline_and_follow_their_sliders(server, browser):
+def test_every_interactive_figure_is_on_its_chapters_page():
+    on_chapters = {name for page, names in INTERACTIVE_PAGES.items() if page != INTERACTIVE_PAGE for name in names}
+    assert on_chapters == set(INTERACTIVE)
+    for page, names in INTERACTIVE_PAGES.items():
+        text = (HTML / page).read_text()
+        assert [name for name in names if f'id="posenc-{name}"' not in text] == [], page
+
+
+@pytest.mark.parametrize("page_path", list(INTERACTIVE_PAGES))
+def test_interactive_figures_draw_offline_and_follow_their_sliders(server, browser, page_path):
     """Each posenc.interactive figure draws with the book's own plotly.js (every request that leaves the
-    machine is blocked), and moving its slider changes the figure's data and its label."""
-    visit = PageVisit(browser, f"{server}/{INTERACTIVE_PAGE}")
+    machine is blocked), and moving its slider changes the figure's data and its label: in the gallery
+    and on the chapter pages."""
+    visit = PageVisit(browser, f"{server}/{page_path}")
     try:
         page = visit.page
-        for name in INTERACTIVE:
+        for name in INTERACTIVE_PAGES[page_path]:
             root = f"#posenc-{name}"
             page.wait_for_selector(f"{root}[data-drawn]", timeout=20_000)
             read = f"""() => {{

@@ -130,7 +130,7 @@ def binary(positions, bits, msb_first=False, plus_minus=False, no_mod=False):
 
 def test_binary_code_right_and_wrong():
     positions = torch.tensor([0, 1, 5, 63, 64, 100])
-    torch.testing.assert_close(ex._binary_code(positions, 6), binary(positions, 6))  # the reference
+    torch.testing.assert_close(ex.absolute._binary_code(positions, 6), binary(positions, 6))  # the reference
     assert ex.check_binary_code(binary)
     for wrong, message in ((lambda p, b: binary(p, b, msb_first=True), "reverse order"),
                            (lambda p, b: binary(p, b, plus_minus=True), "-1 and \\+1"),
@@ -188,7 +188,7 @@ def t5_bucket(relative, bidirectional, num_buckets, max_distance, sign=1, clamp=
 def test_t5_bucket_right_and_wrong():
     offsets = torch.arange(-200, 201)
     for settings in ((True, 32, 128), (False, 32, 128), (False, 12, 40)):
-        torch.testing.assert_close(ex._t5_bucket(offsets, *settings), t5_bucket(offsets, *settings))
+        torch.testing.assert_close(ex.relative._t5_bucket(offsets, *settings), t5_bucket(offsets, *settings))
     assert ex.check_t5_bucket(t5_bucket)
     for wrong, message in ((lambda *a: t5_bucket(*a, sign=-1), "query - key"),
                            (lambda *a: t5_bucket(*a, clamp=False), "clamp"),
@@ -237,8 +237,9 @@ def counting(tokens, bos, plus=0, share=False, causal=True):
 
 def test_counting_layer_right_and_wrong():
     tokens = torch.tensor([0, 3, 0, 4, 5])
-    torch.testing.assert_close(ex._counting_layer(tokens, 0), counting(tokens, 0))
-    torch.testing.assert_close(ex._counting_layer(tokens, 0), torch.tensor([0, 1, 0.5, 1, 1.5], dtype=torch.float64))
+    torch.testing.assert_close(ex.masks._counting_layer(tokens, 0), counting(tokens, 0))
+    torch.testing.assert_close(ex.masks._counting_layer(tokens, 0),
+                               torch.tensor([0, 1, 0.5, 1, 1.5], dtype=torch.float64))
     assert ex.check_counting_layer(counting)
     for wrong, message in ((lambda t, b: counting(t, b, plus=1), "one too large"),
                            (lambda t, b: counting(t, b, share=True), "share of the output"),
@@ -295,7 +296,7 @@ def alibi_cache(slopes, q_len, k_len, shift=None, sign=1):
 
 
 def test_alibi_bias_right_and_wrong():
-    torch.testing.assert_close(ex._alibi_at(torch.tensor([0.5]), torch.tensor([4]), 6)[0, 0],
+    torch.testing.assert_close(ex.relative._alibi_at(torch.tensor([0.5]), torch.tensor([4]), 6)[0, 0],
                                torch.tensor([-2.0, -1.5, -1.0, -0.5, 0.0, -0.5], dtype=torch.float64))
     assert ex.check_alibi_bias(alibi_cache)
     masked = lambda s, q, k: alibi_cache(s, q, k).masked_fill(~torch.ones(q, k, dtype=torch.bool).tril(k - q),

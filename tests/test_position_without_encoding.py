@@ -10,11 +10,11 @@ import torch
 import torch.nn.functional as F
 
 from posenc import LayerSpec, MultiHeadAttention, TransformerLM, plan_from_dict, plan_to_dict
-from posenc.conv import ShortConv, causal_conv
-from posenc.cope import CoPEAttention, cope_positions, cope_scores
-from posenc.decay import GATE_NORMALISER, DecayLayer, decay_attention
-from posenc.forgetting import ForgettingAttention, forget_bias, forgetting_attention
-from posenc.stick_breaking import StickBreakingAttention, stick_breaking_attention, stick_breaking_weights
+from posenc.mixers.conv import ShortConv, causal_conv
+from posenc.mixers.cope import CoPEAttention, cope_positions, cope_scores
+from posenc.mixers.decay import GATE_NORMALISER, DecayLayer, decay_attention
+from posenc.mixers.forgetting import ForgettingAttention, forget_bias, forgetting_attention
+from posenc.mixers.stick_breaking import StickBreakingAttention, stick_breaking_attention, stick_breaking_weights
 
 
 def _qkv(batch=2, heads=3, seq=9, dim=8, seed=0):

@@ -12,9 +12,8 @@ import torch
 import torch.distributed as dist
 
 from .. import data, evaluate, tasks
+from ..mixers import DecayLayer, ForgettingAttention
 from ..passkey import effective_length, passkey_grid, with_passkeys
-from ..decay import DecayLayer
-from ..forgetting import ForgettingAttention
 from ..model import TransformerLM
 from ..plan import LayerSpec, every_nth
 from ..train import TrainConfig, train_model

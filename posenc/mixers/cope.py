@@ -20,9 +20,9 @@ import math
 import torch
 from torch import nn
 
-from ._validate import check_int, check_tensor
-from .mixers import HeadsMixer
-from .plan import LayerSpec
+from .._validate import check_int, check_tensor
+from ..plan import LayerSpec
+from .base import HeadsMixer
 
 
 def cope_positions(scores: torch.Tensor, max_positions: int) -> torch.Tensor:

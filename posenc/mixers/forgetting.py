@@ -16,8 +16,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ._validate import check_tensor
-from .mixers import HeadsMixer
+from .._validate import check_tensor
+from .base import HeadsMixer
 
 
 def forget_bias(log_f: torch.Tensor) -> torch.Tensor:

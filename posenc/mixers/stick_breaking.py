@@ -19,8 +19,8 @@ import math
 import torch
 import torch.nn.functional as F
 
-from ._validate import check_tensor
-from .mixers import HeadsMixer
+from .._validate import check_tensor
+from .base import HeadsMixer
 
 
 def stick_breaking_weights(scores: torch.Tensor) -> torch.Tensor:

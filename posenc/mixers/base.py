@@ -1,10 +1,8 @@
 """What the layers that carry position without a position encoding share: ``HeadsMixer``.
 
-``posenc.forgetting``, ``posenc.stick_breaking``, ``posenc.cope`` and ``posenc.decay`` each define one
-subclass that says how a query combines the earlier tokens (``weights``, and ``mix`` where the output is
-not simply ``weights @ v``); the projections, heads, optional output gate and the checks live here once.
-A ``posenc.plan.LayerSpec`` names the kind (``mixer="forgetting"``...), so these layers sit in a plan beside
-softmax attention: ``TransformerLM(..., plan=[LayerSpec(mixer="decay")] * 3 + [LayerSpec("rope")])``.
+Each of ``forgetting``, ``stick_breaking``, ``cope`` and ``decay`` defines one subclass that says how a query
+combines the earlier tokens (``weights``, and ``mix`` where the output is not simply ``weights @ v``); the
+projections, heads, optional output gate and the checks live here once.
 """
 
 from __future__ import annotations
@@ -12,8 +10,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ._validate import check_int, check_tensor
-from .plan import LayerSpec
+from .._validate import check_int, check_tensor
+from ..plan import LayerSpec
 
 
 class HeadsMixer(nn.Module):
@@ -54,7 +52,7 @@ class HeadsMixer(nn.Module):
         if spec.mixer != cls.kind:
             raise ValueError(f"{cls.__name__} builds mixer={cls.kind!r}, got a LayerSpec with mixer={spec.mixer!r}")
         if spec.conv is not None:
-            raise ValueError("LayerSpec.conv is a posenc.conv.ShortConv before the layer, built by TransformerLM's "
+            raise ValueError("LayerSpec.conv is a posenc.mixers.conv.ShortConv before the layer, built by TransformerLM's "
                              "Block: build it yourself or drop conv from the spec")
         return cls(dim, n_heads, gate=spec.gate, causal=causal, **cls._options(spec))
 

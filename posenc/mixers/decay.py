@@ -9,7 +9,7 @@ takes in each new key and value::
     S_t = a_t S_{t-1} + k_t v_t^T,        o_t = S_t^T q_t.
 
 Unrolled, ``o_i = sum_{j<=i} exp(c_i - c_j) (q_i . k_j) v_j`` with ``c = cumsum(log a)``: forgetting
-attention (``posenc.forgetting``) without the softmax. The decay is the only source of order. The
+attention (``posenc.mixers.forgetting``) without the softmax. The decay is the only source of order. The
 parallel form below computes that sum for all queries at once (the recurrence costs O(seq) state updates;
 both give the same numbers, which the tests check in float64).
 """
@@ -20,8 +20,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .base import HeadsMixer
 from .forgetting import forget_bias
-from .mixers import HeadsMixer
 
 GATE_NORMALISER = 16  # GLA's gate_logit_normalizer: log a = logsigmoid(z) / 16, so a starts near 0.96
 

@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ._validate import check_int, check_tensor
+from .._validate import check_int, check_tensor
 
 
 def causal_conv(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
