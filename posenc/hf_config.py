@@ -305,6 +305,10 @@ def _rope(config, family: _Family, layer_type: str) -> Rope:
                          f"allowed: {sorted(ROPE_TYPES)}")
     if params.get("partial_rotary_factor") == 1.0:
         del params["partial_rotary_factor"]
+    if rope_type == "llama3" and "attention_factor" in params:  # review P4-n4
+        raise ValueError(f"config.rope_parameters['attention_factor']={params['attention_factor']} with "
+                         f"rope_type='llama3': transformers ignores it (its llama3 rule scales cos and sin by "
+                         f"1.0) and posenc would apply it; drop the key, or build the Rope yourself")
     if rope_type == "longrope" and "factor" not in params:
         params["max_position_embeddings"] = config.max_position_embeddings  # HF derives the factor from it
     if rope_type == "dynamic" and "original_max_position_embeddings" not in params:

@@ -1,6 +1,8 @@
 """The context-use study (posenc.studies.context_use): the learning-rate rule on hand-made sweep records,
 the order of runs, the curriculum, and a tiny run end to end."""
 
+import math
+
 import pytest
 import torch
 
@@ -324,10 +326,15 @@ def test_chapter_9_probe_readers_by_hand():
     table = cu.probe_table(record)
     assert table["none"][1][0] == pytest.approx(0.6) and table["rope"][1][0] == pytest.approx(0.1)
     assert cu.probe_table(record, part="untrained")["none"][1][0] == pytest.approx(0.2)
+    near_one = {**record, "runs": [run("none", s, [0.0, r2], [0.0, 0.2], [[1.0]], 10.0, 10.0)
+                                   for s, r2 in ((0, 0.95), (1, 0.99))]}
+    mean, low, high = cu.probe_table(near_one)["none"][1]
+    assert mean == pytest.approx(0.97) and high == 1.0 and low < 0.97  # the t-interval's 1.2 cut at R^2's ceiling
     gain = cu.probe_gain(record, "none")
     assert gain[1][0] == pytest.approx(0.4) and gain[0][0] == 0.0
     assert cu.probe_gain(record, "rope")[1][0] == pytest.approx(-0.1)
     assert cu.first_token_ratios(record, "none") == [[[2.0, 4.0]]]
+    assert cu.sink_head_counts(record, "none", threshold=3.0) == [[0, 1]]  # seed 0: 2.0, seed 1: 4.0
     # without BOS: +10% and +20% for none, 0% for rope
     dependence = cu.bos_dependence(record)
     assert dependence["none"][0] == pytest.approx(15.0) and dependence["rope"][0] == pytest.approx(0.0)
@@ -450,3 +457,19 @@ def test_distance_table_and_references_by_hand():
     assert diff["d"]["interval"][0] == pytest.approx(-0.4)
     with pytest.raises(ValueError, match="differ in \\['steps'\\]"):
         cu.with_references(record, {"config": dict(nope, steps=1), "runs": []}, ["rope"])
+
+
+def test_training_copies_are_placed_with_a_left_skew():
+    """common.copy_placement: every copy fits its span, and the share of copies from beyond half the span
+    matches the integral of its two draws (end log-uniform, distance uniform over what fits)."""
+    from posenc.studies import common
+    block, span, n = 8, 128, 400_000
+    end, distance = common.copy_placement(block, span, n, torch.Generator().manual_seed(0))
+    assert int(end.min()) >= 2 * block + 2 and int(end.max()) <= span
+    assert bool((distance >= block).all()) and bool((end - block - distance >= 1).all())
+    # P(distance > span / 2) = E over end of (end - block - span/2) / (end - 2 block), where positive
+    ends = torch.linspace(math.log(2 * block + 2), math.log(span + 1), 200_001, dtype=torch.float64).exp()
+    weight = torch.clamp((ends - block - span / 2) / (ends - 2 * block), min=0)
+    expected = float(weight.mean())  # the grid is uniform in log(end): the mean is the expectation
+    assert float((distance > span / 2).double().mean()) == pytest.approx(expected, abs=0.01)
+    assert expected < 0.15  # far copies are rare: the left skew

@@ -78,7 +78,7 @@ def test_the_tiny_study_scores_every_reading_and_reads_the_gates(tmp_path):
     for run in record["runs"]:
         readings = {"L", "2L", "sparse", "dense"} if run["task"] == "flip_flop" else {"L", "2L"}
         assert set(run["scores"]) == readings == set(run["answers"])
-        assert ("gates" in run) == (run["method"] == "fox")
+        assert ("gates" in run) == (run["method"] == "fox" and run["task"] == "flip_flop")  # P6-n5
     flip = next(r for r in record["runs"] if r["method"] == "fox" and r["task"] == "flip_flop")
     assert all(n >= 8 for n in flip["answers"].values())  # every sequence ends with a read: >= 1 per row
     assert len(flip["gates"]) == 2 and set(flip["gates"][0]) == {"w", "r", "i", "bit"}
@@ -101,7 +101,8 @@ def test_the_readers_count_controls_and_pair_seeds():
 
     runs = [run("counting", "a", s, 1.0, 0.5 + 0.1 * s) for s in range(3)]
     runs += [run("counting", "b", s, [0.96, 0.9, 0.99][s], 0.1 * s) for s in range(3)]
-    record = {"config": {"tasks": ["counting"], "methods": ["a", "b"]}, "runs": runs}
+    runs += [run("flip_flop", "a", s, 1.0, 1.0) for s in range(3)]
+    record = {"config": {"tasks": ["counting", "flip_flop"], "methods": ["a", "b"]}, "runs": runs}
     controls = study.controls(record)["counting"]
     assert controls["a"]["passed"] == 3 and controls["b"]["passed"] == 2  # 0.9 < 0.95
     assert controls["b"]["accuracy"] == [0.96, 0.9, 0.99]
@@ -110,5 +111,7 @@ def test_the_readers_count_controls_and_pair_seeds():
     family = study.compare(record, {"a - b": (("counting", "a", "2L"), ("counting", "b", "2L"))})
     low, high = family["a - b"]["interval"][1:]
     assert low == pytest.approx(0.5) == high  # a - b is 0.5 on every seed: no spread
-    gates = study.gate_table(record, "a", task="counting")
+    gates = study.gate_table(record, "a")  # flip-flop's models, read on flip-flop tokens
     assert gates[0]["w"] == pytest.approx([0.1, 0.2]) and gates[0]["i"] == pytest.approx([0.9, 1.0])
+    with pytest.raises(ValueError, match="never saw"):  # a counting model never saw flip-flop tokens
+        study.gate_table(record, "a", task="counting")

@@ -111,6 +111,7 @@ def test_forget_bias_right_and_wrong():
         return out.masked_fill(torch.ones(seq, seq).triu(1).bool(), -math.inf) if mask else out
 
     assert ex.check_forget_bias(bias)
+    assert ex.check_forget_bias(lambda f: bias(f.float()))  # float32 rounding is not a mistake (P6-m5)
     for wrong, message in ((lambda f: bias(f, inclusive=True), "key's own gate"),
                            (lambda f: -bias(f), "sign is flipped")):
         with pytest.raises(ex.ExerciseFailed, match=message):
@@ -304,7 +305,10 @@ def test_alibi_bias_right_and_wrong():
     assert ex.check_alibi_bias(masked)  # -inf where the mask hides the key: not compared
     for wrong, message in ((lambda s, q, k: alibi_cache(s, q, k, shift=0), "cache offset"),
                            (lambda s, q, k: alibi_cache(s, q, k, shift=k - q + 1), "off by one"),
-                           (lambda s, q, k: alibi_cache(s, q, k, sign=-1), "sign is flipped")):
+                           (lambda s, q, k: alibi_cache(s, q, k, sign=-1), "sign is flipped"),
+                           # chapter 8's exact shortcut: right weights, not the bias asked for (P6-m7)
+                           (lambda s, q, k: s.double()[:, None, None] * torch.arange(k).double().expand(q, k),
+                            "chapter 8's shortcut")):
         with pytest.raises(ex.ExerciseFailed, match=message):
             ex.check_alibi_bias(wrong)
 
@@ -358,6 +362,7 @@ def sinks_attention(q, k, v, sinks, mask, scale=None, sign=1, drop_sink=True):
 
 def test_sink_attention_right_and_wrong():
     assert ex.check_sink_attention(sinks_attention)
+    assert ex.check_sink_attention(lambda *a: sinks_attention(*(t.float() for t in a[:4]), a[4]))  # float32
     for options, message in (({"drop_sink": False}, "plain attention"), ({"scale": 1.0}, "not scaled"),
                              ({"sign": -1}, "wrong sign")):
         with pytest.raises(ex.ExerciseFailed, match=message):
@@ -428,7 +433,7 @@ def test_chunked_mask_right_and_wrong():
     assert ex.check_chunked_mask(lambda s, c: (j(s) <= i(s)) & (j(s) // c == i(s) // c))
     for wrong, message in ((lambda s, c: (j(s) <= i(s)) & (i(s) - j(s) < c), "sliding window"),
                            (lambda s, c: j(s) // c == i(s) // c, "still causal"),
-                           (lambda s, c: (j(s) <= i(s)) & ((j(s) + 1) // c == (i(s) + 1) // c), "one token late"),
+                           (lambda s, c: (j(s) <= i(s)) & ((j(s) + 1) // c == (i(s) + 1) // c), "one token early"),
                            (lambda s, c: ~((j(s) <= i(s)) & (j(s) // c == i(s) // c)), "inverted")):
         with pytest.raises(ex.ExerciseFailed, match=message):
             ex.check_chunked_mask(wrong)

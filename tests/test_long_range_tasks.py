@@ -281,8 +281,10 @@ def _lg_record():
 def test_mastery_reads_each_seed_at_its_first_checkpoint_past_the_threshold():
     from posenc.studies import length_generalisation as lg
     record = _lg_record()
-    # seed 0 reaches 0.99 only at the end (0.9 at n = 10); seed 1 at its probe (0.3); seed 2 never
-    assert lg.mastery(record, "rope", "t", 0.99, 10) == {"reached": 2, "seeds": 3, "beyond": [0.9, 0.3]}
+    # seed 0 reaches 0.99 only at the end (0.9 at n = 10); seed 1 touches it at its probe and falls to
+    # 0.95 on the final scores: one probe is noise, not mastery (review P3-m8); seed 2 never
+    assert lg.mastery(record, "rope", "t", 0.99, 10) == {"reached": 1, "seeds": 3, "beyond": [0.9]}
+    assert lg.mastery(record, "rope", "t", 0.95, 10) == {"reached": 2, "seeds": 3, "beyond": [0.9, 0.3]}
     assert lg.mastery(record, "rope", "t", 1.0, 10) == {"reached": 1, "seeds": 3, "beyond": [0.9]}
 
 

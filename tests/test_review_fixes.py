@@ -105,6 +105,26 @@ def test_llama3_with_equal_factors_equals_hugging_face():
     torch.testing.assert_close(got, by_hand, rtol=0, atol=0)
 
 
+def test_a_llama3_config_with_an_attention_factor_is_refused_since_transformers_ignores_it():
+    """Review P4-n4: transformers' llama3 rule scales cos and sin by 1.0 whatever attention_factor says;
+    posenc would apply it, so reading such a config gives a plan that differs from the model."""
+    from transformers import LlamaConfig
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    from posenc import plan_from_hf_config
+
+    scaling = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+               "original_max_position_embeddings": 8192, "attention_factor": 1.2, "rope_theta": 500000.0}
+    config = LlamaConfig(hidden_size=256, num_attention_heads=4, num_key_value_heads=2, num_hidden_layers=2,
+                         intermediate_size=512, max_position_embeddings=8192 * 8, rope_parameters=scaling)
+    assert ROPE_INIT_FUNCTIONS["llama3"](config, "cpu")[1] == 1.0  # transformers: no cos/sin scale
+    assert rope_frequencies(64, base=500000.0, scaling=scaling)[1] == pytest.approx(1.2)  # posenc: applied
+    with pytest.raises(ValueError, match="attention_factor"):
+        plan_from_hf_config(config)
+    config.rope_parameters = {k: v for k, v in scaling.items() if k != "attention_factor"}
+    assert plan_from_hf_config(config)[0].rope.scaling["rope_type"] == "llama3"
+
+
 # --- M8: materialised biases reach SDPA as 4-D masks ---------------------------------------------------
 
 @pytest.fixture

@@ -377,6 +377,11 @@ def test_matched_checkpoint_is_the_first_point_at_the_threshold():
     assert study.matched_checkpoint(run, "a", 8) == {"step": 20, "exact_match": {"8": 0.99, "16": 0.1}}
     assert study.matched_checkpoint(run, "a", 8, threshold=1.0)["step"] == "final"
     assert study.matched_checkpoint(run, "a", 16) is None
+    # a probe above the threshold counts only if the next point holds it (review P3-m8)
+    dip = {"probes": {"a": [{"step": 10, "exact_match": {"8": 0.97}}, {"step": 20, "exact_match": {"8": 0.9}},
+                            {"step": 30, "exact_match": {"8": 0.96}}]}, "exact_match": {"a": {"8": 0.95}}}
+    assert study.matched_checkpoint(dip, "a", 8, threshold=0.95)["step"] == 30
+    assert study.matched_checkpoint(dip, "a", 8, threshold=0.96) is None
 
 
 def test_length_generalisation_table_and_by_position_by_hand():

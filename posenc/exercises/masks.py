@@ -84,7 +84,8 @@ def check_forget_bias(fn) -> bool:
     expected = forget_bias(log_f)
     answer = _as_tensor("the bias", fn(log_f), expected.shape)
     finite = torch.isfinite(expected)
-    if not (torch.equal(torch.isfinite(answer), finite) and _close(answer[finite], expected[finite], 1e-9)):
+    # float32 answers are fine: about 1e-7 relative is float32's rounding (review P6-m5)
+    if not (torch.equal(torch.isfinite(answer), finite) and _close(answer[finite], expected[finite], 1e-6, 1e-5)):
         c = log_f.cumsum(-1)
         inclusive = (c[..., :, None] - c[..., None, :] + log_f[..., None, :]).masked_fill(~finite, -math.inf)
         known = {"the sum includes the key's own gate (t = j); it runs from t = j + 1, so a token's gate charges "
@@ -94,7 +95,7 @@ def check_forget_bias(fn) -> bool:
                  "the sign is flipped: log f <= 0 is added, so older keys lose score": -expected}
         for mistake, wrong in known.items():
             if torch.equal(torch.isfinite(answer), torch.isfinite(wrong)) and \
-                    _close(answer[torch.isfinite(wrong)], wrong[torch.isfinite(wrong)], 1e-9):
+                    _close(answer[torch.isfinite(wrong)], wrong[torch.isfinite(wrong)], 1e-6, 1e-5):
                 raise ExerciseFailed(f"forget bias: {mistake}")
         raise ExerciseFailed("forget bias: differs from posenc.mixers.forgetting.forget_bias (compare one row by hand)")
     return _passed("forget bias")
@@ -114,7 +115,7 @@ def check_sink_attention(fn) -> bool:
         expected = sink_attention(query, k, v, sinks, mask=mask)
         answer = _as_tensor("the output", fn(query.clone(), k.clone(), v.clone(), sinks.clone(), mask.clone()),
                             expected.shape)
-        if not _close(answer, expected, 1e-9):
+        if not _close(answer, expected, 1e-6, 1e-5):  # float32 answers pass (review P6-m5)
             known = {"this is plain attention: the sink changes nothing (left out, added to every score, or the "
                      "weights renormalised after its column is dropped); it is one more column of the scores, "
                      "dropped after the softmax": F.scaled_dot_product_attention(query, k, v, attn_mask=mask),
@@ -122,7 +123,7 @@ def check_sink_attention(fn) -> bool:
                          sink_attention(query, k, v, sinks, mask=mask, scale=1.0),
                      "the sink logit has the wrong sign: a larger sink takes more of the weight":
                          sink_attention(query, k, v, -sinks, mask=mask)}
-            _diagnose(f"sink attention (q_len {q_len}, sinks {logits})", answer, expected, known, 1e-9)
+            _diagnose(f"sink attention (q_len {q_len}, sinks {logits})", answer, expected, known, 1e-6, 1e-5)
     return _passed("sink attention")
 
 
@@ -140,7 +141,8 @@ def check_chunked_mask(fn) -> bool:
                      "i sees the keys j <= i with j // chunk == i // chunk": sliding_window_mask(seq, seq, chunk),
                      "a query sees the later keys of its chunk: within a chunk the mask is still causal":
                          i // chunk == j // chunk,
-                     "the chunk boundaries are one token late: token i is in chunk i // chunk":
+                     "the chunk boundaries are one token early (positions counted from 1): token i, counted "
+                     "from 0, is in chunk i // chunk":
                          (j <= i) & ((i + 1) // chunk == (j + 1) // chunk)})
     return _passed("chunked mask")
 

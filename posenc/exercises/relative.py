@@ -113,7 +113,10 @@ def check_alibi_bias(fn) -> bool:
             at_zero = _alibi_at(slopes, torch.arange(q_len), k_len)
             signed = -slopes.double()[:, None, None] * (torch.arange(q_len)[:, None] - torch.arange(k_len)).double()
             known = {"the queries are placed at 0 .. q_len - 1: with a cache they are the last q_len tokens, "
-                     "query i at k_len - q_len + i (the cache offset)": [at_zero, signed],
+                     "query i at k_len - q_len + i (the cache offset). On the keys a query sees this differs from "
+                     "the bias by a constant per query, so a softmax gives the same weights (chapter 8's "
+                     "shortcut, slope * j, is this case); the exercise asks for the bias itself":
+                         [at_zero, signed],
                      "off by one: query i is at k_len - q_len + i, not one further (the length after appending "
                      "counts the query itself)": _alibi_at(slopes, torch.arange(q_len) + offset + 1, k_len),
                      "the sign is flipped: ALiBi subtracts slope * distance, so far keys lose score": -expected}

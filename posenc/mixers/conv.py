@@ -7,7 +7,7 @@ Each channel of token t becomes a learned weighted sum of the same channel over 
 It is depthwise (one filter per channel, no mixing across channels) and causal. A layer that sees its
 neighbours' features at fixed offsets knows "one back", "two back": local order, with no encoding and no
 attention. Qwen3-Next's, Qwen3.5's and Kimi Linear's linear-attention layers and every Mamba layer start
-with one of width 4. A Canon layer adds it to the residual stream, ``h + conv(h)``, which is what
+with one of width 4 (not every hybrid's: MiniMax-01's lightning-attention layers have none). A Canon layer adds it to the residual stream, ``h + conv(h)``, which is what
 ``ShortConv`` does; ``LayerSpec(conv=4)`` puts one before a layer's token mixer.
 """
 

@@ -7,7 +7,10 @@ earlier key j takes a fraction ``beta_ij = sigmoid(q_i . k_j / sqrt(d))`` of wha
 
 A key closer to the query is served first, so order is built into the weights. The weights sum to at
 most 1; what is left, ``1 - sum_j A_ij``, goes to the query's own value, as in the authors' reference
-(``stickbreaking_attention/sb_ref.py`` and its test: ``o + rem * v``). In log space, with
+(``stickbreaking_attention/sb_ref.py`` and its test: ``o + rem * v``). The authors' code has two other
+conventions: the remainder dropped (the released 3B model, ``"sb_remainder": false`` in its config, and
+flash-linear-attention's layer), and a learned per-head bias times the remainder followed by a per-head
+GroupNorm (dolomite's later ``SBAttention``); posenc implements only the first. In log space, with
 ``log(1 - sigmoid(z)) = -softplus(z)``, the product is a sum, which keeps long products from underflowing:
 ``log A_ij = logsigmoid(z_ij) - sum_{j<t<i} softplus(z_it)`` (the paper's numerically stable form).
 """

@@ -353,6 +353,15 @@ def training_tokens(config: dict, length: int) -> int:
     return config["batch"] * sum(window_width(config, length, step) for step in range(config["steps"]))
 
 
+def copy_placement(block: int, span: int, n: int, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """Where ``task_mixture`` puts ``n`` training copies within ``span`` tokens: ``(end, distance)``, each
+    ``[n]``. The repeat ends at ``end``, log-uniform in ``[2 block + 2, span]``; the source ``distance``
+    back is uniform over what fits, ``block .. end - block - 1``. Short copies dominate: far distances
+    need a late end (a left skew, as STRING, An et al. 2025, finds in real pretraining data)."""
+    end = _log_uniform(2 * block + 2, span, n, generator)
+    return end, block + (torch.rand(n, generator=generator) * (end - 2 * block)).long()
+
+
 def task_mixture(train_bytes: torch.Tensor, config: dict, batch: int, length: int):
     """``batch_fn`` for ``train_model``: windows of ``length`` that all start with ``tasks.BOS``; per
     row, with probabilities ``config["mixture"]["copy"]`` and ``["recall"]``, a copy (``tasks.copy_task``,
@@ -382,9 +391,8 @@ def task_mixture(train_bytes: torch.Tensor, config: dict, batch: int, length: in
         parts = []
         if batch - n_copy - n_recall:
             parts.append(tasks.bos_windows(train_bytes, batch - n_copy - n_recall, width, generator=generator))
-        if n_copy:  # the repeat ends at e, log-uniform up to the span; the distance uniform over what fits
-            end = _log_uniform(2 * block + 2, span, n_copy, generator)
-            distance = block + (torch.rand(n_copy, generator=generator) * (end - 2 * block)).long()
+        if n_copy:
+            end, distance = copy_placement(block, span, n_copy, generator)
             source = end - block - distance
             parts.append(tasks.copy_task(train_bytes, n_copy, width, distance=distance, source=source,
                                          block=block, generator=generator))

@@ -451,13 +451,14 @@ def mean_curve(record: dict, method: str, truncated: bool = False) -> list[float
 def probe_table(record: dict, part: str = "trained", probe: str = "linear", target: str = "position") -> dict:
     """``{method: [(mean, low, high) per layer]}``: the 95% t-interval over seeds of the held-out probe R²
     (``part`` ``"trained"`` or ``"untrained"``, ``probe`` ``"linear"`` or ``"mlp"``, ``target`` a key of
-    ``posenc.probes.TARGETS``) at each layer, layer 0 being the embeddings."""
+    ``posenc.probes.TARGETS``) at each layer, layer 0 being the embeddings. The upper end is cut at 1, the
+    ceiling of R² (a held-out R² has no floor: it is negative for a probe worse than the mean)."""
     out = {}
     for method in record["config"]["methods"]:
         runs = [run for run in seed_runs(record) if run["method"] == method and "probes" in run]
         if runs:
             layers = zip(*(run["probes"][part][target][probe] for run in runs))
-            out[method] = [t_interval(list(values)) for values in layers]
+            out[method] = [(mean, low, min(high, 1.0)) for mean, low, high in map(t_interval, map(list, layers))]
     return out
 
 
@@ -482,6 +483,16 @@ def first_token_ratios(record: dict, method: str, part: str = "first_token_ratio
     layers = runs[0]["probes"][part]
     return [[[run["probes"][part][layer][head] for run in runs] for head in range(len(layers[layer]))]
             for layer in range(len(layers))]
+
+
+def sink_head_counts(record: dict, method: str, threshold: float = 10.0,
+                     part: str = "first_token_ratio") -> list[list[int]]:
+    """``[layer][seed]``: how many heads of each layer have a first-token ratio above ``threshold``, per
+    seed (in seed order). Heads of a NoPE or RoPE layer are built alike, so head h of one seed has nothing
+    in common with head h of another: a count per seed compares models, a range per head index does not
+    (ALiBi's heads differ by slope, so for ALiBi the head index does mean the same head)."""
+    return [[sum(head[seed] > threshold for head in heads) for seed in range(len(heads[0]))]
+            for heads in first_token_ratios(record, method, part)]
 
 
 def bos_dependence(record: dict) -> dict:

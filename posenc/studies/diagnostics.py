@@ -111,10 +111,11 @@ def run(config: dict, key: dict, checkpoint_dir: Path | None) -> dict:
         return result
     start = time.perf_counter()
     result["scores"], result["answers"] = scores(model, config, task)
-    tokens, _ = task_batch(config, "flip_flop", 64, L, torch.Generator().manual_seed(1))
-    gates = gates_by_token(model, tokens)
-    if gates is not None:
-        result["gates"] = gates
+    if task == "flip_flop":  # the gates are read on flip-flop tokens: only its models have seen them
+        tokens, _ = task_batch(config, "flip_flop", 64, L, torch.Generator().manual_seed(1))
+        gates = gates_by_token(model, tokens)
+        if gates is not None:
+            result["gates"] = gates
     result["evaluation_seconds"] = time.perf_counter() - start
     return result
 
@@ -166,7 +167,12 @@ def compare(record: dict, tests: dict, level: float = 0.05) -> dict:
 
 def gate_table(record: dict, method: str, task: str = "flip_flop") -> dict:
     """``{layer: {kind: [mean over seeds of each head's mean gate]}}`` of ``method``'s models trained on
-    ``task``, read on flip-flop tokens (``gates_by_token``): ``"w"``, ``"r"``, ``"i"``, ``"bit"``."""
+    ``task``, read on flip-flop tokens (``gates_by_token``): ``"w"``, ``"r"``, ``"i"``, ``"bit"``. Only
+    for ``task="flip_flop"``: a model trained on another task never saw those tokens (the first records
+    hold such readings; they are not read, review P6-n5)."""
+    if task != "flip_flop":
+        raise ValueError(f"task must be 'flip_flop': the gates are read on flip-flop tokens, which a model "
+                         f"trained on {task!r} never saw")
     runs = [run for run in task_runs(record, task) if run["method"] == method]
     out = {}
     for layer in range(len(runs[0]["gates"])):
