@@ -1,6 +1,6 @@
 """Evaluation tools for language models at and beyond their training length.
 
-The book's studies (chapters 7, 10 and 20) score every model with the same tools:
+The book's studies (chapters 7, 10, 12, 15 and 17) score every model with the same tools:
 
 - ``token_losses``: next-token loss of every token of windows spread over the *whole* evaluation data
   (not its first files), ``[windows, length]``. ``perplexity_summary`` turns it into a perplexity with a

@@ -46,6 +46,7 @@ def test_chapters_are_numbered_in_reading_order_in_files_and_titles():
     "Code keeps its numbers: `chapter 9` and\n```\nmake unit  # chapter 1\n```\n",
     "## Add a chapter\n\n1. Create a notebook.",  # a list item after the word is no chapter number
     "6. **[Learned and 2D tables](06_rope.ipynb)**",  # the 2 of 2D is no chapter number
+    "```{admonition} Solution\n:class: dropdown\nAs in [chapter 6](06_rope.ipynb):\n\n    x = 1  # chapter 9\n```",
 ])
 def test_links_with_their_targets_numbers_pass(text):
     assert chapter_refs.problems(text, CHAPTERS) == []
@@ -59,6 +60,8 @@ def test_links_with_their_targets_numbers_pass(text):
     ("see ch. 7", "types a chapter number with no link"),
     ("see [chapter 9](09_nope.ipynb)", "09_nope.ipynb is not a chapter"),
     ("5. **[RoPE](06_rope.ipynb)** rotates pairs", "list item 5. links chapter 6"),
+    # a directive's fence holds prose (a solution, the glossary), not code: its numbers are checked
+    ("```{admonition} Solution\n:class: dropdown\nAs chapter 6 shows.\n```", "types a chapter number with no link"),
 ])
 def test_a_wrong_or_typed_number_is_found(text, problem):
     found = chapter_refs.problems(text, CHAPTERS)

@@ -39,8 +39,10 @@ _GAP = r"[ \t]*(?:\n[ \t]*)?"  # spaces, and at most one line break: never acros
 _NUMBERS = re.compile(rf"{_GAP}(\d+)(?!\d)(?:{_GAP}(?:-|–|to){_GAP}(\d+))?(?:'s)?")
 _ASIDE = re.compile(r"\s*\([^()]*\)")
 _SEPARATOR = re.compile(rf"{_GAP}(?:,{_GAP}and|,|and|or){_GAP}(?=\d)")
-# code, where a link cannot go: fenced blocks, and inline code and roles ({cite}`...`)
-CODE = re.compile(r"^(`{3,}|~{3,}).*?^\1|`[^`\n]*`", re.M | re.S)
+# code, where a link cannot go: fenced code blocks, and inline code and roles ({cite}`...`); a MyST
+# directive's fence (```{admonition}, ```{glossary}) holds prose, so it is not code
+# (an indented line of four spaces or more is code too: a solution's code inside an admonition)
+CODE = re.compile(r"^(`{3,}|~{3,})(?![`~]*\{).*?^\1|`[^`\n]*`|^(?: {4}|\t).*$", re.M | re.S)
 # a markdown link to a chapter's notebook, from notebooks/, from book/ or from the repository's root
 LINK = re.compile(r"\[(?P<text>[^\[\]]*)\]\((?P<folder>(?:\.\./)?(?:notebooks/)?)(?P<stem>\d+_\w+)\.ipynb"
                   r"(?P<anchor>#[^)\s]*)?\)")
