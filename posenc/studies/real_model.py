@@ -551,6 +551,20 @@ def _stream_perplexities(record: dict, span: tuple[int, int | None]) -> dict[str
     return out
 
 
+def stream_curves(record: dict) -> dict:
+    """``{reading: [perplexity per bin]}``: each streaming reading's loss per position bin averaged over
+    every stream, as perplexity (``{}`` before the streaming run)."""
+    rows = {reading: [row for run in _runs(record, "streaming") for row in run[reading]]
+            for reading in STREAM_READINGS}
+    return {reading: perplexities([statistics.fmean(values) for values in zip(*streams)])
+            for reading, streams in rows.items() if streams}
+
+
+def stream_count(record: dict) -> int:
+    """How many streams the record's streaming runs hold."""
+    return sum(len(run["streams"]) for run in _runs(record, "streaming"))
+
+
 def stream_rows(record: dict, span: tuple[int, int | None] | None = None, level: float = 0.95) -> dict:
     """``{reading: (mean, low, high)}``: perplexity of each streaming reading over the positions ``span``
     (default: from the cache size, where the readings differ, to the end), t-interval over the streams."""
@@ -666,8 +680,7 @@ def toy_claims(record: dict) -> dict:
         add("copying falls short of the trained length (an induction-copy range)", "chapters 10, 20",
             f"random-token copy {probes[within[0]][0]:.2f} at {within[0]}; keeps 85% of it up to {reach} tokens",
             after is not None)
-    streams = _runs(record, "streaming")
-    count = sum(len(run["streams"]) for run in streams)
+    count = stream_count(record)
     if count >= 2:
         tests = stream_pairs(record, {"no sinks": ("rolling, no sinks", "rolling, sinks"),
                                       "sinks": ("rolling, sinks", "recomputed")})
@@ -714,4 +727,4 @@ def toy_claims(record: dict) -> dict:
 __all__ = ["RECIPES", "PRESETS", "documents", "pair_sizes", "induction_probe", "probe_accuracy", "next_run", "run",
            "measure", "perplexities", "wavelength", "frequency_rows", "sink_rows", "strongest_sink_heads",
            "far_context_rows", "far_context_curves", "retrieval_rows", "effective_length", "stream_rows", "stream_pairs",
-           "extension_rows", "extension_pairs", "NOLIMA_SHARE", "STREAM_READINGS", "toy_claims", "EQUIVALENCE_PERCENT", "LAST_BIN"]
+           "stream_curves", "stream_count", "extension_rows", "extension_pairs", "NOLIMA_SHARE", "STREAM_READINGS", "toy_claims", "EQUIVALENCE_PERCENT", "LAST_BIN"]
