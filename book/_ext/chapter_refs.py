@@ -245,9 +245,8 @@ def _renumber_notebook(text: str, chapters: dict[str, int], mapping: dict[int, i
         else:
             source = map_typed(source, mapping)
             for output in cell.get("outputs", []):
-                for key in ("text",):
-                    if key in output:
-                        output[key] = _lines(map_typed("".join(output[key]), mapping))
+                if "text" in output:  # a stream's text
+                    output["text"] = _lines(map_typed("".join(output["text"]), mapping))
                 for mime, value in output.get("data", {}).items():
                     if mime.startswith("text/"):
                         output["data"][mime] = _lines(map_typed("".join(value), mapping))
