@@ -181,6 +181,29 @@ def test_streaming_reads_every_stream_of_every_document_as_one_batch():
     rm._LOADED.clear()
 
 
+def test_a_resumed_streaming_run_reads_back_the_readings_it_kept(tmp_path, monkeypatch):
+    torch.manual_seed(0)
+    model = TransformerLM(60, 16, 1, 2, position="rope", n_kv_heads=1, bias=False, norm="rms", mlp="swiglu").eval()
+    config = dict(rm.PRESETS["tiny"], stream_tokens=40, cache_tokens=16, sink_count=2, bin=8, doc_tokens=100,
+                  streams=1, prose_tokens=50)
+
+    class Small(Characters):
+        def encode(self, text):
+            return [ord(c) % 60 for c in text]
+
+    rm._LOADED.clear()
+    first = rm.measure(model, Small(), config, {"part": "streaming"}, tmp_path)
+    assert len(list(tmp_path.glob("*.pt"))) == 4  # one file per reading
+    calls, rolling = [], rm.evaluate.rolling_cache_losses
+    monkeypatch.setattr(rm.evaluate, "rolling_cache_losses", lambda *a, **k: calls.append(a) or rolling(*a, **k))
+    again = rm.measure(model, Small(), config, {"part": "streaming"}, tmp_path)
+    assert calls == [] and again == first  # nothing recomputed
+    rm._LOADED.clear()
+    rm.measure(model, Small(), dict(config, sink_count=4), {"part": "streaming"}, tmp_path)
+    assert len(calls) == 2 and len(list(tmp_path.glob("*.pt"))) == 8  # another setting is not read back
+    rm._LOADED.clear()
+
+
 def test_a_text_probe_copies_a_given_segment_and_its_negative_plants_it_only_at_the_end():
     ids = list(range(100, 1100))
     segment = list(range(5000, 5020))

@@ -321,13 +321,14 @@ def run(config: dict, key: dict, checkpoint_dir: Path | None) -> dict:
     torch.set_num_threads(config["threads"])
     start = time.perf_counter()
     model, tokenizer = _model(key.get("recipe", "none"))
-    out = measure(model, tokenizer, config, key)
+    out = measure(model, tokenizer, config, key, checkpoint_dir)
     out["seconds"] = time.perf_counter() - start
     return out
 
 
-def measure(model, tokenizer, config: dict, key: dict) -> dict:
-    """One run of the study: what ``key`` (a part, and its document, recipe or distance) asks for."""
+def measure(model, tokenizer, config: dict, key: dict, checkpoint_dir: Path | None = None) -> dict:
+    """One run of the study: what ``key`` (a part, and its document, recipe or distance) asks for. With
+    ``checkpoint_dir``, the streaming run keeps each finished reading there (it runs for well over an hour)."""
     part = key["part"]
     if part == "frequencies":
         sizes = [pair_sizes(model, torch.tensor([_document_of(config, d, tokenizer)["ids"][:config["frequency_tokens"]]]))
@@ -355,7 +356,8 @@ def measure(model, tokenizer, config: dict, key: dict) -> dict:
             accuracy.append(probe_accuracy(model, tokens, copy))
         return {"accuracy": accuracy, "copy_starts_at": copy, "probe_tokens": config["probe_tokens"]}
     if part == "streaming":
-        return _streaming(model, config, [_document_of(config, d, tokenizer) for d in range(config["streams"])])
+        return _streaming(model, config, [_document_of(config, d, tokenizer) for d in range(config["streams"])],
+                          checkpoint_dir)
     doc = _document_of(config, key["document"], tokenizer)
     ids = doc["ids"]
     result = {"doc": _described(doc)}
@@ -398,10 +400,11 @@ def measure(model, tokenizer, config: dict, key: dict) -> dict:
     raise ValueError(f"part must be one of {PARTS}, got {part!r}")
 
 
-def _streaming(model, config: dict, docs: list[dict]) -> dict:
+def _streaming(model, config: dict, docs: list[dict], checkpoint_dir: Path | None = None) -> dict:
     """StreamingLLM's experiment on every stream of ``stream_tokens`` tokens that ``docs`` hold (a
     32,768-token code file: two, its halves). The rolling caches decode all streams as one batch: a
-    decoding step's cost is reading the weights, so three streams cost little more than one."""
+    decoding step's cost is reading the weights, so three streams cost little more than one. Each reading
+    finished is kept in ``checkpoint_dir`` (when given) and read back by a resumed run."""
     n, sinks, cache = config["stream_tokens"], config["sink_count"], config["cache_tokens"]
     streams, described = [], []
     for doc in docs:
@@ -410,16 +413,32 @@ def _streaming(model, config: dict, docs: list[dict]) -> dict:
             streams.append(data[start:start + n])
             described.append({"doc": doc["name"], "start": start})
     batch = torch.stack(streams)
-    readings = {
-        "rolling, sinks": evaluate.rolling_cache_losses(model, batch, sink_tokens=sinks, window=cache - sinks),
-        "rolling, no sinks": evaluate.rolling_cache_losses(model, batch, sink_tokens=0, window=cache),
-        "recomputed": torch.cat([evaluate.truncated_token_losses(model, row, n - 1, cache, stride=cache // 4,
-                                                                 batch_size=1) for row in streams]),
-        "dense": torch.cat([evaluate.token_losses(model, row, n - 1, batch_size=1) for row in streams]),
+    measures = {
+        "rolling, sinks": lambda: evaluate.rolling_cache_losses(model, batch, sink_tokens=sinks, window=cache - sinks),
+        "rolling, no sinks": lambda: evaluate.rolling_cache_losses(model, batch, sink_tokens=0, window=cache),
+        "recomputed": lambda: torch.cat([evaluate.truncated_token_losses(model, row, n - 1, cache,
+                                                                         stride=cache // 4, batch_size=1)
+                                         for row in streams]),
+        "dense": lambda: torch.cat([evaluate.token_losses(model, row, n - 1, batch_size=1) for row in streams]),
     }
     out = {"streams": described, "docs": [_described(doc) for doc in docs]}
-    out.update({name: [_binned(row, config["bin"]) for row in losses] for name, losses in readings.items()})
+    for name, measure_reading in measures.items():
+        losses = _kept(checkpoint_dir, f"streaming {name} {n} {cache} {sinks} {described}", measure_reading)
+        out[name] = [_binned(row, config["bin"]) for row in losses]
     return out
+
+
+def _kept(folder: Path | None, label: str, compute) -> torch.Tensor:
+    """``compute()``, kept in ``folder`` under a name hashed from ``label`` and read back when there."""
+    if folder is None:
+        return compute()
+    path = Path(folder) / f"{hashlib.sha256(label.encode()).hexdigest()[:16]}.pt"
+    if path.exists():
+        return torch.load(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    value = compute()
+    torch.save(value, path)
+    return value
 
 
 def perplexities(binned: list[float]) -> list[float]:
