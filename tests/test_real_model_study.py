@@ -71,6 +71,32 @@ def test_documents_alternate_code_and_prose_and_keep_their_provenance():
     assert second["sha256"] != found[1]["sha256"]  # the next stretch of topics, not the same one
 
 
+def test_a_passkey_stands_the_distance_before_its_answer_and_its_negative_leaves_it_out():
+    tokenizer, ids = Characters(), [ord("a") + i % 26 for i in range(3000)]
+    tokens, start = rm.passkey_probe(tokenizer, ids, 500, seed=2, prefix=40)
+    text = "".join(chr(t) for t in tokens[0].tolist())
+    key = text[start:]
+    assert len(key) == 5 and key.isdigit()
+    assert text[start - 500:start - 495] == key  # the needle's key, exactly the distance before the answer
+    assert text.startswith("<|im_start|>user\n" + rm.PASSKEY_INTRO)
+    assert text.endswith("What is the pass key?<|im_end|>\n<|im_start|>assistant\n The pass key is " + key)
+    intro = len(tokenizer.encode("<|im_start|>user\n" + rm.PASSKEY_INTRO))
+    assert tokens[0, intro:intro + 40].tolist() == ids[:40]  # the document's start, then the needle
+    assert text.count(key) == 3  # twice in the needle, once as the answer
+    negative, where = rm.passkey_probe(tokenizer, ids, 500, seed=2, prefix=40, present=False)
+    assert where == start and negative.shape == tokens.shape
+    assert "".join(chr(t) for t in negative[0].tolist()).count(key) == 1  # only the answer
+    assert negative[0, intro:start - 100].tolist() == ids[:start - 100 - intro]  # document text in its place
+    plain, _ = rm.passkey_probe(tokenizer, ids, 500, seed=2, prefix=40, chat=False)
+    assert "im_start" not in "".join(chr(t) for t in plain[0].tolist())
+    other, _ = rm.passkey_probe(tokenizer, ids, 500, seed=3, prefix=40)
+    assert "".join(chr(t) for t in other[0, -5:].tolist()) != key  # seeded
+    with pytest.raises(ValueError, match="distance must be at least"):
+        rm.passkey_probe(tokenizer, ids, 30, seed=0)
+    with pytest.raises(ValueError, match="fewer than"):
+        rm.passkey_probe(tokenizer, ids, 2990, seed=0)
+
+
 def test_the_runs_come_cheapest_first_and_resume_where_they_stopped():
     config = dict(rm.PRESETS["full"])
     first = rm.next_run(config, [])
@@ -99,6 +125,9 @@ def test_the_retrieval_control_within_the_trained_length_comes_before_the_expens
     assert text == within  # the same distances with natural text, and its own negative control
     assert {"part": "retrieval", "recipe": "none", "distance": 256, "probe": "text", "control": "negative"} in keys
     assert {"part": "retrieval", "recipe": "none", "distance": 256, "control": "negative"} in keys
+    passkey = [k["distance"] for k in retrieval if k.get("probe") == "passkey" and "control" not in k]
+    assert passkey == within
+    assert {"part": "retrieval", "recipe": "none", "distance": 256, "probe": "passkey", "control": "negative"} in keys
     first_stream = keys.index(next(k for k in keys if k["part"] == "streaming"))
     assert all(keys.index(k) < first_stream for k in retrieval if k["distance"] in within)
     beyond = [k for k in retrieval if k["distance"] > rm.TRAINED_LENGTH]

@@ -37,8 +37,10 @@ Parts (one run per document, recipe or probe set; ``next_run`` walks them in thi
   ``recipe_distances`` (one within 8,192 and the ones beyond, where a recipe could move the limit). Its
   checks: a negative control (the segment only at the end), random ids drawn from the ids the documents
   use (``probe="seen"``), natural text (``probe="text"``: the middle of the next document, with its own
-  negative control), and a position control (a short distance with the repeat as late in the window as
-  the longest distance's, ``prefix``).
+  negative control), a position control (a short distance with the repeat as late in the window as
+  the longest distance's, ``prefix``), and a passkey the instruct model is asked for in its chat format
+  (``probe="passkey"``, ``passkey_probe``: the share of the key's five digits right, with a negative
+  control whose needle is left out).
 
 The far-context reading has a negative control too (``control="shuffled"``): 1,024-token chunks of the 8
 documents, each once, so that a chunk's far context is other documents; it is scored only on the tokens
@@ -227,6 +229,46 @@ def text_segment(ids: list[int], probe_tokens: int) -> list[int]:
     return ids[middle:middle + probe_tokens]
 
 
+PASSKEY_INTRO = "A pass key is hidden in the text below. Find it and remember it.\n\n"
+PASSKEY_NEEDLE = "\n\nThe pass key is {key}. Remember it: {key}.\n\n"
+PASSKEY_QUESTION = "\n\nWhat is the pass key?"
+PASSKEY_ANSWER = " The pass key is {key}"
+CHAT_USER, CHAT_ASSISTANT = "<|im_start|>user\n", "<|im_end|>\n<|im_start|>assistant\n"
+
+
+def passkey_probe(tokenizer, ids: list[int], distance: int, seed: int, prefix: int = 256, present: bool = True,
+                  chat: bool = True) -> tuple[torch.Tensor, int]:
+    """A passkey the model is asked for (Mohtashami & Jaggi's test, in the instruct model's chat format when
+    ``chat``): an instruction, the document's first ``prefix`` tokens, a sentence giving a five-digit key,
+    more of the document, the question, and the answer "The pass key is 40721", the key's first digit
+    ``distance`` tokens after its first digit in the needle (as in ``induction_probe``). The key is seeded by
+    ``seed`` and ``distance``; the tokenizer must split digits one per token (SmolLM2's does). Returns
+    ``(tokens [1, length], where the answer's digits start)``. ``present=False`` is the negative control: the
+    needle's tokens are document text, so the key stands nowhere before the answer."""
+    generator = torch.Generator().manual_seed(seed * 1_000_003 + distance)
+    key = str(int(torch.randint(10_000, 100_000, (1,), generator=generator)))
+    digits = tokenizer.encode(key)
+    if len(digits) != 5:
+        raise ValueError(f"the tokenizer must split digits one per token; {key!r} encodes to {len(digits)} tokens")
+    intro = tokenizer.encode((CHAT_USER if chat else "") + PASSKEY_INTRO)
+    needle = tokenizer.encode(PASSKEY_NEEDLE.format(key=key))
+    at = next(i for i in range(len(needle)) if needle[i:i + 5] == digits)  # the key's first digit in the needle
+    question = tokenizer.encode(PASSKEY_QUESTION + (CHAT_ASSISTANT if chat else "") + PASSKEY_ANSWER.format(key=key))
+    if question[-5:] != digits:
+        raise ValueError("the answer must end in the key's five digit tokens")
+    filler = distance - (len(needle) - at) - (len(question) - 5)
+    if filler < 0:
+        raise ValueError(f"distance must be at least {distance - filler} (the needle's tail and the question), "
+                         f"got {distance}")
+    if len(ids) < prefix + len(needle) + filler:
+        raise ValueError(f"the document has {len(ids)} tokens, fewer than the {prefix + len(needle) + filler} "
+                         f"a distance of {distance} needs")
+    middle = needle if present else ids[prefix:prefix + len(needle)]
+    rest = ids[prefix + (0 if present else len(needle)):][:filler]
+    tokens = intro + ids[:prefix] + middle + rest + question
+    return torch.tensor([tokens]), len(tokens) - 5
+
+
 @torch.no_grad()
 def probe_accuracy(model, tokens: torch.Tensor, copy: int) -> float:
     """Teacher-forced top-1 accuracy on the copy's tokens after its first (``tokens[0, copy:]``; the first
@@ -254,6 +296,9 @@ def _keys(config: dict) -> list[dict]:
                   "control": "negative"}] if within else []
         # random ids drawn only from ids the documents use (rare ids may be what keeps the copy below 0.95)
         keys += [{"part": "retrieval", "recipe": "none", "distance": d, "probe": "seen"} for d in within[:1]]
+        keys += [{"part": "retrieval", "recipe": "none", "distance": d, "probe": "passkey"} for d in within]
+        keys += [{"part": "retrieval", "recipe": "none", "distance": within[0], "probe": "passkey",
+                  "control": "negative"}] if within else []
         if len(within) > 1:  # distance or position? a short distance with the repeat as late as the longest's
             keys.append({"part": "retrieval", "recipe": "none", "distance": within[1],
                          "prefix": 256 + within[-1] - within[1]})
@@ -349,6 +394,11 @@ def measure(model, tokenizer, config: dict, key: dict, checkpoint_dir: Path | No
             if key.get("probe") == "text":
                 segment = text_segment(_document_of(config, (d + 1) % config["documents"], tokenizer)["ids"],
                                        config["probe_tokens"])
+            if key.get("probe") == "passkey":  # the five digits, each from the right ones before it
+                tokens, start = passkey_probe(tokenizer, doc["ids"], key["distance"], config["probe_seed"] + d,
+                                              present=key.get("control") != "negative")
+                accuracy.append(probe_accuracy(model, tokens, start - 1))
+                continue
             tokens, copy = induction_probe(doc["ids"], key["distance"], config["probe_tokens"],
                                            config["probe_seed"] + d, tokenizer.vocab_size,
                                            prefix=key.get("prefix", 256), repeat=key.get("control") != "negative",
@@ -529,7 +579,8 @@ def far_context_curves(record: dict, kind: str | None = None) -> dict:
 def retrieval_rows(record: dict, recipe: str = "none", probe: str = "random", level: float = 0.95) -> dict:
     """``{distance: (mean, low, high)}``: the induction probe's top-1 accuracy by distance, its t-interval over
     the probes (one per document); the negative control (no earlier copy) under the key ``"no earlier copy"``.
-    ``probe``: ``"random"`` (random ids) or ``"text"`` (the middle of the next document)."""
+    ``probe``: ``"random"`` (random ids), ``"text"`` (the middle of the next document), ``"seen"`` (random ids
+    the documents use) or ``"passkey"`` (the share of a passkey's five digits right)."""
     rows = {}
     runs = [run for run in _runs(record, "retrieval", recipe=recipe) if run.get("probe", "random") == probe]
     for run in sorted(runs, key=lambda run: run["distance"]):
@@ -743,7 +794,7 @@ def toy_claims(record: dict) -> dict:
     return claims
 
 
-__all__ = ["RECIPES", "PRESETS", "documents", "pair_sizes", "induction_probe", "probe_accuracy", "next_run", "run",
+__all__ = ["RECIPES", "PRESETS", "documents", "pair_sizes", "induction_probe", "passkey_probe", "probe_accuracy", "next_run", "run",
            "measure", "perplexities", "wavelength", "frequency_rows", "sink_rows", "strongest_sink_heads",
            "far_context_rows", "far_context_curves", "retrieval_rows", "effective_length", "stream_rows", "stream_pairs",
            "stream_curves", "stream_count", "extension_rows", "extension_pairs", "NOLIMA_SHARE", "STREAM_READINGS", "toy_claims", "EQUIVALENCE_PERCENT", "LAST_BIN"]
