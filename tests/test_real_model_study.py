@@ -210,6 +210,36 @@ def test_streaming_reads_every_stream_of_every_document_as_one_batch():
     rm._LOADED.clear()
 
 
+def test_the_sink_readings_put_each_first_token_before_the_documents_text():
+    torch.manual_seed(0)
+    model = TransformerLM(5000, 16, 1, 2, position="rope", n_kv_heads=1, bias=False, norm="rms", mlp="swiglu").eval()
+    config = dict(rm.PRESETS["tiny"], doc_tokens=200, prose_tokens=100, sink_tokens_read=40)
+
+    class Backend:
+        def token_to_id(self, token):
+            return {"<|endoftext|>": 4999}[token]
+
+    class Small(Characters):
+        backend = Backend()
+
+        def decode(self, ids):
+            return "".join(chr(i) for i in ids)
+
+    rm._LOADED.clear()
+    out = rm.measure(model, Small(), config, {"part": "sinks", "document": 0})
+    ids = rm._document_of(config, 0, Small())["ids"]
+    chat = Small().encode("<|im_start|>user\n")
+    expected = {"document start (no BOS)": ids[:40], "after <|endoftext|>": [4999] + ids[:39],
+                "from the middle": ids[len(ids) // 2:len(ids) // 2 + 40],
+                "after <|im_start|>user": chat + ids[:40 - len(chat)]}
+    assert list(out["first_token_share"]) == list(expected)
+    for name, read in expected.items():
+        share = evaluate.first_token_attention(model, torch.tensor([read]), skip=16, by_head=True)
+        assert torch.allclose(torch.tensor(out["first_token_share"][name]), torch.tensor(share), rtol=1e-6)
+    assert out["first_tokens"]["after <|im_start|>user"] == "<"
+    rm._LOADED.clear()
+
+
 def test_a_resumed_streaming_run_reads_back_the_readings_it_kept(tmp_path, monkeypatch):
     torch.manual_seed(0)
     model = TransformerLM(60, 16, 1, 2, position="rope", n_kv_heads=1, bias=False, norm="rms", mlp="swiglu").eval()

@@ -14,9 +14,9 @@ Parts (one run per document, recipe or probe set; ``next_run`` walks them in thi
 - ``frequencies``: each RoPE pair's size in queries and keys, by layer (the RMS over tokens and heads of the
   pair's 2-D norm, before rotation: rotation keeps it), on ``frequency_tokens`` tokens of every document.
 - ``sinks``: the first token's share of attention by layer and head (``evaluate.first_token_attention``,
-  queries from 16 on) on ``sink_tokens_read`` tokens of each document read three ways: as the document
+  queries from 16 on) on ``sink_tokens_read`` tokens of each document read four ways: as the document
   starts (its first token is not a BOS: SmolLM2's tokenizer adds none), after the ``<|endoftext|>`` token,
-  and starting at a token in the middle of the document.
+  starting at a token in the middle of the document, and after the chat format's ``<|im_start|>user``.
 - ``far_context``: the loss of every token of the first ``context_tokens`` tokens (the full reading) beside
   the truncated readings (each token predicted from at most its last c tokens, c in ``truncations``,
   ``evaluate.truncated_token_losses`` with a stride of c/2: every later token sees between c/2 and c tokens).
@@ -417,8 +417,9 @@ def measure(model, tokenizer, config: dict, key: dict, checkpoint_dir: Path | No
         n = config["sink_tokens_read"]
         middle = len(ids) // 2
         end_of_text = tokenizer.backend.token_to_id("<|endoftext|>")  # SmolLM2's document separator
+        chat = tokenizer.encode(CHAT_USER)  # the instruct model's chat format: <|im_start|>, "user", newline
         readings = {"document start (no BOS)": ids[:n], "after <|endoftext|>": [end_of_text] + ids[:n - 1],
-                    "from the middle": ids[middle:middle + n]}
+                    "from the middle": ids[middle:middle + n], "after <|im_start|>user": chat + ids[:n - len(chat)]}
         result["first_token_share"] = {
             name: evaluate.first_token_attention(model, torch.tensor([read]), skip=16, by_head=True)
             for name, read in readings.items()}
