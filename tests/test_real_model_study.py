@@ -294,6 +294,8 @@ def test_stream_rows_and_pairs_read_every_stream_of_every_run():
     assert pairs["no sinks vs sinks"]["interval"][0] == pytest.approx(sum(expected) / 3)
     assert rm.stream_rows(record, span=(0, 1024))["dense"][0] == pytest.approx(math.exp(3.0) * 2 / 3 + math.exp(3.1) / 3)
     assert rm.stream_count(record) == 3 and rm.stream_count(_record([])) == 0
+    per_stream = rm.stream_perplexities(record, (0, None))["recomputed"]
+    assert sorted(per_stream.values()) == pytest.approx(sorted(math.exp(x) for x in (1.0, 2.0, 1.1)))
     # the curve: the mean loss over the three streams per bin, as perplexity
     assert rm.stream_curves(record)["rolling, sinks"] == pytest.approx([math.exp((1.0 + 2.0 + 1.1) / 3)] * 4)
     assert rm.stream_curves(_record([])) == {}
