@@ -185,16 +185,23 @@ def test_extension_rows_pair_the_recipes_by_document_with_the_truncated_reading_
         rm.extension_pairs(record, (0, 8192), "YaRN x9")
 
 
-def test_streaming_reads_every_stream_of_every_document_as_one_batch():
+class Small(Characters):
+    """Character ids below 60, for the 60-token stream models."""
+
+    def encode(self, text):
+        return [ord(c) % 60 for c in text]
+
+
+def _stream_setup(streams: int):
+    """A small Llama-like model and a config with streams of 40 tokens, a cache of 16 and 2 sinks."""
     torch.manual_seed(0)
     model = TransformerLM(60, 16, 1, 2, position="rope", n_kv_heads=1, bias=False, norm="rms", mlp="swiglu").eval()
-    config = dict(rm.PRESETS["tiny"], stream_tokens=40, cache_tokens=16, sink_count=2, bin=8, doc_tokens=100,
-                  streams=2, prose_tokens=50)
+    return model, dict(rm.PRESETS["tiny"], stream_tokens=40, cache_tokens=16, sink_count=2, bin=8, doc_tokens=100,
+                       streams=streams, prose_tokens=50)
 
-    class Small(Characters):
-        def encode(self, text):
-            return [ord(c) % 60 for c in text]
 
+def test_streaming_reads_every_stream_of_every_document_as_one_batch():
+    model, config = _stream_setup(2)
     rm._LOADED.clear()
     out = rm.measure(model, Small(), config, {"part": "streaming"})
     docs = [rm._document_of(config, d, Small()) for d in range(2)]
@@ -241,15 +248,7 @@ def test_the_sink_readings_put_each_first_token_before_the_documents_text():
 
 
 def test_a_resumed_streaming_run_reads_back_the_readings_it_kept(tmp_path, monkeypatch):
-    torch.manual_seed(0)
-    model = TransformerLM(60, 16, 1, 2, position="rope", n_kv_heads=1, bias=False, norm="rms", mlp="swiglu").eval()
-    config = dict(rm.PRESETS["tiny"], stream_tokens=40, cache_tokens=16, sink_count=2, bin=8, doc_tokens=100,
-                  streams=1, prose_tokens=50)
-
-    class Small(Characters):
-        def encode(self, text):
-            return [ord(c) % 60 for c in text]
-
+    model, config = _stream_setup(1)
     rm._LOADED.clear()
     first = rm.measure(model, Small(), config, {"part": "streaming"}, tmp_path)
     assert len(list(tmp_path.glob("*.pt"))) == 4  # one file per reading
