@@ -97,6 +97,24 @@ def test_a_passkey_stands_the_distance_before_its_answer_and_its_negative_leaves
         rm.passkey_probe(tokenizer, ids, 2990, seed=0)
 
 
+def test_a_passkey_run_scores_the_five_digits_of_every_document():
+    torch.manual_seed(0)
+    model = TransformerLM(5000, 16, 1, 2, position="rope", n_kv_heads=1, bias=False, norm="rms", mlp="swiglu").eval()
+    config = dict(rm.PRESETS["tiny"], documents=2, doc_tokens=600, prose_tokens=600)
+    rm._LOADED.clear()
+    key = {"part": "retrieval", "recipe": "none", "distance": 200, "probe": "passkey"}
+    out = rm.measure(model, Characters(), config, key)
+    expected = []
+    for d in range(2):
+        ids = rm._document_of(config, d, Characters())["ids"]
+        tokens, start = rm.passkey_probe(Characters(), ids, 200, seed=config["probe_seed"] + d)
+        right = [int(model(tokens[:, :start + i])[0, -1].argmax()) == int(tokens[0, start + i]) for i in range(5)]
+        expected.append(sum(right) / 5)  # each digit guessed from the true ones before it
+    assert out["accuracy"] == pytest.approx(expected) and out["probe_tokens"] == 5
+    assert out["copy_starts_at"] == start - 1
+    rm._LOADED.clear()
+
+
 def test_the_runs_come_cheapest_first_and_resume_where_they_stopped():
     config = dict(rm.PRESETS["full"])
     first = rm.next_run(config, [])

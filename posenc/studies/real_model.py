@@ -397,14 +397,15 @@ def measure(model, tokenizer, config: dict, key: dict, checkpoint_dir: Path | No
             if key.get("probe") == "passkey":  # the five digits, each from the right ones before it
                 tokens, start = passkey_probe(tokenizer, doc["ids"], key["distance"], config["probe_seed"] + d,
                                               present=key.get("control") != "negative")
-                accuracy.append(probe_accuracy(model, tokens, start - 1))
-                continue
-            tokens, copy = induction_probe(doc["ids"], key["distance"], config["probe_tokens"],
-                                           config["probe_seed"] + d, tokenizer.vocab_size,
-                                           prefix=key.get("prefix", 256), repeat=key.get("control") != "negative",
-                                           segment=segment)
+                copy, scored = start - 1, 5
+            else:
+                tokens, copy = induction_probe(doc["ids"], key["distance"], config["probe_tokens"],
+                                               config["probe_seed"] + d, tokenizer.vocab_size,
+                                               prefix=key.get("prefix", 256),
+                                               repeat=key.get("control") != "negative", segment=segment)
+                scored = config["probe_tokens"]
             accuracy.append(probe_accuracy(model, tokens, copy))
-        return {"accuracy": accuracy, "copy_starts_at": copy, "probe_tokens": config["probe_tokens"]}
+        return {"accuracy": accuracy, "copy_starts_at": copy, "probe_tokens": scored}
     if part == "streaming":
         return _streaming(model, config, [_document_of(config, d, tokenizer) for d in range(config["streams"])],
                           checkpoint_dir)
