@@ -473,3 +473,19 @@ def test_training_copies_are_placed_with_a_left_skew():
     expected = float(weight.mean())  # the grid is uniform in log(end): the mean is the expectation
     assert float((distance > span / 2).double().mean()) == pytest.approx(expected, abs=0.01)
     assert expected < 0.15  # far copies are rare: the left skew
+
+
+def test_the_search_variants_keep_their_initialisation_and_blocks():
+    config = cu.PRESETS["mixers-search"]
+    torch.manual_seed(0)
+    fox = cu.build("fox, forget bias 4", config)
+    x = torch.zeros(2, 10, config["dim"])  # no input: the gate is its bias alone
+    for block in fox.blocks:  # TransformerLM's init zeroes every Linear bias; the variant's comes after it
+        gates = block.attn.forget_gates(x)
+        assert gates.shape == (2, config["heads"], 10)
+        assert torch.allclose(gates, torch.full_like(gates, 1 / (1 + math.exp(-4.0))), rtol=1e-6)
+    pro = cu.build("fox + conv + gate", config)
+    assert all(spec.conv == 4 and spec.gate and spec.mixer == "forgetting" for spec in pro.plan)
+    assert cu.build("fox", cu.PRESETS["mixers"]).blocks[0].attn.forget.bias.abs().max() == 0  # the paper's zero
+    assert [spec.mixer for spec in cu.build("stick-breaking + conv", config).plan] == ["stick_breaking"] * 4
+    assert not set(cu.PRESETS["mixers-search"]["methods"]) & set(cu.PRESETS["mixers"]["methods"])

@@ -27,17 +27,24 @@ def rank() -> int:
 
 def make_model(method: str, config: dict, vocab_size: int, max_len: int, **options) -> TransformerLM:
     """The study's ``TransformerLM`` for ``method`` (sizes from ``config``; ``options`` passed on); a method
-    of ``MIXER_METHODS`` is its ``mixer_plan``."""
-    if method in MIXER_METHODS:
+    of ``MIXER_METHODS`` or ``MIXER_VARIANTS`` is its ``mixer_plan``."""
+    if method in MIXER_METHODS + MIXER_VARIANTS:
         plan = mixer_plan(method, config["layers"], config["train_len"])
-        return TransformerLM(vocab_size, config["dim"], config["layers"], config["heads"], position="none",
-                             max_len=max_len, plan=plan, **options)
+        model = TransformerLM(vocab_size, config["dim"], config["layers"], config["heads"], position="none",
+                              max_len=max_len, plan=plan, **options)
+        if method == "fox, forget bias 4":  # after TransformerLM's init, which zeroes every Linear bias
+            for block in model.blocks:
+                torch.nn.init.constant_(block.attn.forget.bias, FOX_FORGET_BIAS)
+        return model
     return TransformerLM(vocab_size, config["dim"], config["layers"], config["heads"], position=method,
                          max_len=max_len, **options)
 
 
 # issue 28's methods beside the encodings: layers that carry order themselves (posenc.mixers), as plans
 MIXER_METHODS = ("fox", "stick-breaking", "cope", "decay", "decay 3:1 attention", "none + conv")
+# issue 40's search for recipes under which the layers that never copied learn to: not in any preset's list
+MIXER_VARIANTS = ("fox + conv + gate", "fox, forget bias 4", "stick-breaking + conv", "decay + conv + gate")
+FOX_FORGET_BIAS = 4.0  # f = sigmoid(4) = 0.982 at init: weight halves every 38 tokens, not every token
 
 
 def mixer_plan(method: str, layers: int, train_len: int) -> list[LayerSpec]:
@@ -51,7 +58,13 @@ def mixer_plan(method: str, layers: int, train_len: int) -> list[LayerSpec]:
         return every_nth(LayerSpec("none"), 4, otherwise=LayerSpec(mixer="decay", conv=4), n_layers=layers)
     spec = {"fox": LayerSpec(mixer="forgetting"), "stick-breaking": LayerSpec(mixer="stick_breaking"),
             "cope": LayerSpec(mixer="cope", cope_positions=train_len), "decay": LayerSpec(mixer="decay"),
-            "none + conv": LayerSpec("none", conv=4)}[method]
+            "none + conv": LayerSpec("none", conv=4),
+            # issue 40's search: the layers with a width-4 convolution before them (FoX's "Pro" block shifts
+            # its keys and values by a token; Canon layers, GLA and Kimi Linear convolve) and an output gate
+            "fox + conv + gate": LayerSpec(mixer="forgetting", conv=4, gate=True),
+            "fox, forget bias 4": LayerSpec(mixer="forgetting"),
+            "stick-breaking + conv": LayerSpec(mixer="stick_breaking", conv=4),
+            "decay + conv + gate": LayerSpec(mixer="decay", conv=4, gate=True)}[method]
     return [spec] * layers
 
 

@@ -40,7 +40,7 @@ import torch
 from .. import data, evaluate, probes, tasks
 from ..attention import POSITION_METHODS
 from ..stats import clopper_pearson, paired_family, paired_interval, t_interval
-from .common import (MIXER_METHODS, PROBES, copy_by_distance, distance_range, gate_half_lives, make_model, rate_interval, over_seeds, paired_seed_interval, positive_control,  # noqa: F401
+from .common import (MIXER_METHODS, MIXER_VARIANTS, PROBES, copy_by_distance, distance_range, gate_half_lives, make_model, rate_interval, over_seeds, paired_seed_interval, positive_control,  # noqa: F401
                      probe_batch, rank, retrieval, rounded, save_checkpoint, score_lengths, task_mixture,
                      train_recorded, training_tokens)
 from .context_extension import extension_recipe
@@ -99,6 +99,8 @@ PRESETS["hybrid"] = dict(
 # batches and readings as the "nope" preset's RoPE, NoPE and ALiBi runs (which pair with these by seed)
 PRESETS["mixers"] = dict(PRESETS["nope"], lr_grid=[1e-3], position_probes=0, distance_edges=[8, 16, 32, 64, 119],
                          methods=list(MIXER_METHODS))
+# issue 40: the layers that never copied, with the changes their authors' blocks and the audit suggest
+PRESETS["mixers-search"] = dict(PRESETS["mixers"], methods=list(MIXER_VARIANTS))
 PRESETS["mixers-tiny"] = dict(PRESETS["tiny"], layers=2, lr_grid=[1e-3], methods=list(MIXER_METHODS))
 PRESETS["hybrid-tiny"] = dict(PRESETS["tiny"], layers=2, lr_grid=[1e-3], distance_edges=[8, 16, 32],
                               methods=[hybrid_method("local RoPE + global NoPE", 8), hybrid_method("local RoPE only", 8)])
@@ -222,7 +224,7 @@ def run(config: dict, key: dict, checkpoint_dir: Path | None) -> dict:
                                 bos=tasks.BOS, context_use=True))
     if initial is not None:
         result["probes"] = position_readings(model, initial, validation, config)
-    if method in MIXER_METHODS:  # the effective window of each learned gate, on text windows (BOS first)
+    if method in MIXER_METHODS + MIXER_VARIANTS:  # each learned gate's effective window, on text (BOS first)
         starts = evaluate.window_starts(validation.numel(), L, 64)
         text = validation[starts[:, None] + torch.arange(L - 1)]
         gates = gate_half_lives(model, torch.cat([torch.full((len(text), 1), tasks.BOS), text], dim=1))

@@ -757,13 +757,19 @@ def toy_claims(record: dict) -> dict:
         tests = stream_pairs(record, {"no sinks": ("rolling, no sinks", "rolling, sinks"),
                                       "sinks": ("rolling, sinks", "recomputed")})
         dense = stream_pairs(record, {"dense": ("dense", "recomputed")}, span=(TRAINED_LENGTH, None))["dense"]
+        cache = record["config"]["cache_tokens"]
+        seen = f"{cache - cache // 4 + 1:,} to {cache:,}"  # the recomputation's windows: every cache // 4
         for claim, test in (("sink tokens change nothing measurable in a rolling cache", tests["no sinks"]),
                             ("a rolling cache with sinks matches recomputation", tests["sinks"])):
             low, high = test["interval"][1:]
             within_margin = -EQUIVALENCE_PERCENT < low and high < EQUIVALENCE_PERCENT
-            lower = " (lower: the cache does better)" if high < 0 else ""
+            # the cache always sees `cache` tokens, the recomputation fewer: a cache that does better may owe
+            # it to that context, so only a cache that does worse than recomputation refutes "matches"
+            confounded = claim.endswith("recomputation") and high < 0
+            lower = (f" (lower: the cache does better, but recomputation saw {seen} tokens to its {cache:,})"
+                     if confounded else " (lower: the cache does better)" if high < 0 else "")
             add(claim, "chapter 17", f"{_percent(test['interval'])}{lower}, {count} streams", within_margin,
-                unresolved=not within_margin and not test["holm"])
+                unresolved=not within_margin and (not test["holm"] or confounded))
         add("reading densely far beyond the trained length is far worse", "chapter 17",
             f"dense vs recomputed beyond 8,192: {_percent(dense['interval'])}, {count} streams",
             dense["interval"][1] > 50, unresolved=not dense["holm"])
