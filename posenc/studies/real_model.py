@@ -307,16 +307,28 @@ def _keys(config: dict) -> list[dict]:
                  for d in docs for r in config["recipes"] if "extension" in parts]
     if "far_context" in parts:  # the negative control: chunks of different documents, nothing far to use
         keys += [{"part": "far_context", "document": d, "control": "shuffled"} for d in range(min(2, config["documents"]))]
-    keys += streams + extension
-    if "retrieval" in parts:
-        keys += [{"part": "retrieval", "recipe": "none", "distance": d} for d in config["distances"]
-                 if d not in within]
-        keys += [{"part": "retrieval", "recipe": r, "distance": d} for r in config["recipes"] if r != "none"
-                 for d in config["recipe_distances"]]
+    keys += streams
+    if "retrieval" in parts:  # beyond L: the passkey, the one probe whose control passes the 0.95 bar
+        keys += _passkey_beyond(config, [d for d in config["distances"] if d not in within])
+    keys += extension
     if "extension" in parts and config.get("long_tokens"):  # the code files: the prose stretches are shorter
         keys += [{"part": "extension", "recipe": r, "document": d, "length": config["long_tokens"]}
                  for d in docs if d % 2 == 0 for r in config["long_recipes"]]
     return keys
+
+
+def _passkey_beyond(config: dict, beyond: list[int]) -> list[dict]:
+    """The passkey under every recipe, the cheapest informative runs first: unscaled at the first distance
+    beyond L (where it should fail), then each recipe at its first two ``recipe_distances`` (the first within
+    L: the recipe's own control), then every recipe at the others, then the rest of the unscaled distances."""
+    def passkey(recipe, distance):
+        return {"part": "retrieval", "recipe": recipe, "distance": distance, "probe": "passkey"}
+
+    recipes, distances = [r for r in config["recipes"] if r != "none"], config["recipe_distances"]
+    keys = [passkey("none", d) for d in beyond[:1]]
+    keys += [passkey(r, d) for r in recipes for d in distances[:2]]
+    keys += [passkey(r, d) for d in distances[2:] for r in recipes]
+    return keys + [passkey("none", d) for d in beyond[1:]]
 
 
 def next_run(config: dict, runs: list[dict]) -> dict | None:
