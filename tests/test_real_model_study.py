@@ -379,3 +379,24 @@ def test_the_shuffled_control_joins_chunks_of_different_documents():
     for j in range(4):  # chunk j from document j % 2, at offset 32 j: neighbours from other documents
         assert ids[32 * j:32 * (j + 1)] == docs[j % 2][32 * j:32 * (j + 1)]
     rm._LOADED.clear()
+
+
+@pytest.mark.parametrize("unscaled_far, recipe_far, verdict", [
+    (None, None, "not run yet"),  # no passkey beyond L recorded
+    (0.1, None, "not run yet"),  # unscaled fails; no recipe read yet
+    (0.1, 0.9, "holds"),  # unscaled fails, PI x2 keeps 0.9 / 1.0 of its own score at 4,096
+    (0.1, 0.5, "does not hold"),  # no recipe keeps 85%
+    (0.95, 0.9, "does not hold")])  # unscaled retrieves from beyond L itself
+def test_the_beyond_l_claim_reads_the_passkey_unscaled_and_under_each_recipe(unscaled_far, recipe_far, verdict):
+    def passkey(recipe, distance, score):
+        return {"part": "retrieval", "recipe": recipe, "distance": distance, "probe": "passkey",
+                "accuracy": [score, score, score]}
+
+    runs = [passkey("none", 256, 1.0), passkey("none", 4096, 0.95)]
+    runs += [passkey("none", 12288, unscaled_far)] if unscaled_far is not None else []
+    runs += [passkey("PI x2", 4096, 1.0), passkey("PI x2", 12288, recipe_far)] if recipe_far is not None else []
+    claims = rm.toy_claims(_record(_toy_runs() + runs, sink_tokens_read=512))
+    row = claims["unscaled, a RoPE model cannot copy from beyond L; the recipes can"]
+    assert row["verdict"] == verdict
+    if recipe_far is not None:
+        assert f"PI x2 {recipe_far:.2f} (1.00 at 4,096)" in row["on SmolLM2-135M"]

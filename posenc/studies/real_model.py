@@ -811,8 +811,32 @@ def toy_claims(record: dict) -> dict:
     else:
         add("zero-shot PI at factor 4 costs even within L", "chapter 7", "fewer than two documents", None)
     add("unscaled, a RoPE model cannot copy from beyond L; the recipes can", "chapter 7",
-        "probes beyond 8,192 are later runs of the study", None)
+        *_beyond_claim(record))
     return claims
+
+
+def _beyond_claim(record: dict, far: int = 12288, near: int = 4096) -> tuple[str, bool | None]:
+    """The evidence and verdict of "unscaled, a RoPE model cannot retrieve from beyond L; the recipes can",
+    on the passkey (the probe whose control passes): unscaled at ``far`` below 85% of its score at the
+    shortest distance, and a recipe whose ``far`` score keeps 85% of its own at ``near`` (itself at least
+    the book's 0.95 bar). None (not run yet) until the unscaled run and one recipe's pair are recorded."""
+    unscaled = retrieval_rows(record, probe="passkey")
+    shortest = min((d for d in unscaled if isinstance(d, int)), default=None)
+    if far not in unscaled or shortest is None:
+        return f"passkeys {far:,} tokens back are later runs of the study", None
+    cannot = unscaled[far][0] < NOLIMA_SHARE * unscaled[shortest][0]
+    scores = {}
+    for recipe in record["config"]["recipes"]:
+        rows = retrieval_rows(record, recipe=recipe, probe="passkey") if recipe != "none" else {}
+        if near in rows and far in rows:
+            scores[recipe] = (rows[near][0], rows[far][0])
+    can = [r for r, (n, f) in scores.items() if n >= 0.95 and f >= NOLIMA_SHARE * n]
+    evidence = (f"passkey {far:,} back: unscaled {unscaled[far][0]:.2f}; "
+                + (", ".join(f"{r} {f:.2f} ({n:.2f} at {near:,})" for r, (n, f) in scores.items())
+                   if scores else "no recipe run yet"))
+    if not cannot:
+        return evidence, False
+    return evidence, (bool(can) if scores else None)
 
 
 __all__ = ["RECIPES", "PRESETS", "documents", "pair_sizes", "induction_probe", "passkey_probe", "probe_accuracy", "next_run", "run",
