@@ -489,3 +489,8 @@ def test_the_search_variants_keep_their_initialisation_and_blocks():
     assert cu.build("fox", cu.PRESETS["mixers"]).blocks[0].attn.forget.bias.abs().max() == 0  # the paper's zero
     assert [spec.mixer for spec in cu.build("stick-breaking + conv", config).plan] == ["stick_breaking"] * 4
     assert not set(cu.PRESETS["mixers-search"]["methods"]) & set(cu.PRESETS["mixers"]["methods"])
+    for method, position in (("rope + conv", "rope"), ("alibi + conv", "alibi")):  # review P6-M1's controls
+        plan = cu.build(method, cu.PRESETS["conv-controls"]).plan
+        assert all(spec.position == position and spec.conv == 4 and spec.mixer == "attention" for spec in plan)
+    assert {k: v for k, v in cu.PRESETS["conv-controls"].items() if k != "methods"} == \
+        {k: v for k, v in cu.PRESETS["mixers"].items() if k != "methods"}  # the same preset as none + conv

@@ -43,7 +43,8 @@ def make_model(method: str, config: dict, vocab_size: int, max_len: int, **optio
 # issue 28's methods beside the encodings: layers that carry order themselves (posenc.mixers), as plans
 MIXER_METHODS = ("fox", "stick-breaking", "cope", "decay", "decay 3:1 attention", "none + conv")
 # issue 40's search for recipes under which the layers that never copied learn to: not in any preset's list
-MIXER_VARIANTS = ("fox + conv + gate", "fox, forget bias 4", "stick-breaking + conv", "decay + conv + gate")
+MIXER_VARIANTS = ("fox + conv + gate", "fox, forget bias 4", "stick-breaking + conv", "decay + conv + gate",
+                  "rope + conv", "alibi + conv")  # the last two: the convolution's confound (review P6-M1)
 FOX_FORGET_BIAS = 4.0  # f = sigmoid(4) = 0.982 at init: weight halves every 38 tokens, not every token
 
 
@@ -64,7 +65,8 @@ def mixer_plan(method: str, layers: int, train_len: int) -> list[LayerSpec]:
             "fox + conv + gate": LayerSpec(mixer="forgetting", conv=4, gate=True),
             "fox, forget bias 4": LayerSpec(mixer="forgetting"),
             "stick-breaking + conv": LayerSpec(mixer="stick_breaking", conv=4),
-            "decay + conv + gate": LayerSpec(mixer="decay", conv=4, gate=True)}[method]
+            "decay + conv + gate": LayerSpec(mixer="decay", conv=4, gate=True),
+            "rope + conv": LayerSpec("rope", conv=4), "alibi + conv": LayerSpec("alibi", conv=4)}[method]
     return [spec] * layers
 
 

@@ -100,7 +100,9 @@ PRESETS["hybrid"] = dict(
 PRESETS["mixers"] = dict(PRESETS["nope"], lr_grid=[1e-3], position_probes=0, distance_edges=[8, 16, 32, 64, 119],
                          methods=list(MIXER_METHODS))
 # issue 40: the layers that never copied, with the changes their authors' blocks and the audit suggest
-PRESETS["mixers-search"] = dict(PRESETS["mixers"], methods=list(MIXER_VARIANTS))
+PRESETS["mixers-search"] = dict(PRESETS["mixers"], methods=list(MIXER_VARIANTS[:4]))
+# review P6-M1: does a width-4 convolution help RoPE and ALiBi as it helps no encoding? The same preset
+PRESETS["conv-controls"] = dict(PRESETS["mixers"], methods=list(MIXER_VARIANTS[4:]))
 PRESETS["mixers-tiny"] = dict(PRESETS["tiny"], layers=2, lr_grid=[1e-3], methods=list(MIXER_METHODS))
 PRESETS["hybrid-tiny"] = dict(PRESETS["tiny"], layers=2, lr_grid=[1e-3], distance_edges=[8, 16, 32],
                               methods=[hybrid_method("local RoPE + global NoPE", 8), hybrid_method("local RoPE only", 8)])
