@@ -154,7 +154,7 @@ def test_the_retrieval_control_within_the_trained_length_comes_before_the_expens
     assert beyond and all(k.get("probe") == "passkey" and keys.index(k) < first_extension for k in beyond)
     first_beyond = keys.index(beyond[0])
     order = [(k["recipe"], k["distance"]) for k in keys[first_beyond:] if k["part"] == "retrieval"]
-    assert order[:3] == [("none", 12288), ("PI x2", 4096), ("PI x2", 12288)]  # unscaled fails first, then each
+    assert order[:3] == [("none", 12288), ("YaRN x2", 4096), ("YaRN x2", 12288)]  # unscaled first, then each
     assert order[-1] == ("none", 16000) and len(order) == 1 + 7 * 3 + 1  # recipe with its own control
 
 

@@ -317,6 +317,9 @@ def _keys(config: dict) -> list[dict]:
     return keys
 
 
+FIRST_RECIPES = ("YaRN x2", "dynamic NTK x2")  # the zero-shot recipes in wide use: read first
+
+
 def _passkey_beyond(config: dict, beyond: list[int]) -> list[dict]:
     """The passkey under every recipe, the cheapest informative runs first: unscaled at the first distance
     beyond L (where it should fail), then each recipe at its first two ``recipe_distances`` (the first within
@@ -324,7 +327,8 @@ def _passkey_beyond(config: dict, beyond: list[int]) -> list[dict]:
     def passkey(recipe, distance):
         return {"part": "retrieval", "recipe": recipe, "distance": distance, "probe": "passkey"}
 
-    recipes, distances = [r for r in config["recipes"] if r != "none"], config["recipe_distances"]
+    recipes = sorted((r for r in config["recipes"] if r != "none"), key=lambda r: r not in FIRST_RECIPES)
+    distances = config["recipe_distances"]
     keys = [passkey("none", d) for d in beyond[:1]]
     keys += [passkey(r, d) for r in recipes for d in distances[:2]]
     keys += [passkey(r, d) for d in distances[2:] for r in recipes]
