@@ -327,7 +327,8 @@ def _passkey_beyond(config: dict, beyond: list[int]) -> list[dict]:
     def passkey(recipe, distance):
         return {"part": "retrieval", "recipe": recipe, "distance": distance, "probe": "passkey"}
 
-    recipes = sorted((r for r in config["recipes"] if r != "none"), key=lambda r: r not in FIRST_RECIPES)
+    first = {r: i for i, r in enumerate(FIRST_RECIPES)}
+    recipes = sorted((r for r in config["recipes"] if r != "none"), key=lambda r: first.get(r, len(first)))
     distances = config["recipe_distances"]
     keys = [passkey("none", d) for d in beyond[:1]]
     keys += [passkey(r, d) for r in recipes for d in distances[:2]]
