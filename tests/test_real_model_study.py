@@ -147,15 +147,18 @@ def test_the_retrieval_control_within_the_trained_length_comes_before_the_expens
     assert passkey[:len(within)] == within
     assert {"part": "retrieval", "recipe": "none", "distance": 256, "probe": "passkey", "control": "negative"} in keys
     first_stream = keys.index(next(k for k in keys if k["part"] == "streaming"))
-    assert all(keys.index(k) < first_stream for k in retrieval if k["distance"] in within)
-    # beyond L only the passkey (the probe whose control passes), before the hours of extension runs
-    beyond = [k for k in keys if k["part"] == "retrieval" and k["distance"] > rm.TRAINED_LENGTH]
+    assert all(keys.index(k) < first_stream for k in retrieval
+               if k["distance"] in within and k.get("prefix", 0) + k["distance"] <= rm.TRAINED_LENGTH)
+    # beyond L only the passkey (the probe whose control passes), before the hours of extension runs:
+    # 1,024 back (a distance it retrieves from) with the question beyond 8,192
+    beyond = [k for k in keys if k["part"] == "retrieval" and k.get("prefix", 0) + k["distance"] > rm.TRAINED_LENGTH]
     first_extension = min(i for i, k in enumerate(keys) if k["part"] == "extension")
-    assert beyond and all(k.get("probe") == "passkey" and keys.index(k) < first_extension for k in beyond)
-    first_beyond = keys.index(beyond[0])
-    order = [(k["recipe"], k["distance"]) for k in keys[first_beyond:] if k["part"] == "retrieval"]
-    assert order[:3] == [("none", 12288), ("YaRN x2", 4096), ("YaRN x2", 12288)]  # unscaled first, then each
-    assert order[-1] == ("none", 16000) and len(order) == 1 + 7 * 3 + 1  # recipe with its own control
+    assert beyond and all(k.get("probe") == "passkey" and k["distance"] == 1024 for k in beyond)
+    assert all(keys.index(k) < first_extension for k in beyond)
+    order = [(k["recipe"], k.get("prefix")) for k in keys[keys.index(beyond[0]):] if k["part"] == "retrieval"]
+    assert order[:3] == [("none", 11264), ("YaRN x2", None), ("YaRN x2", 11264)]  # unscaled first, then each
+    assert len(order) == 1 + 7 * 2 + 8  # each recipe with its own control early, then all at 16,000
+    assert order[-8][0] == "none" and {prefix for _, prefix in order[-8:]} == {16000 - 1024}
 
 
 def test_the_negative_probe_has_no_earlier_copy_of_the_segment():
@@ -384,19 +387,27 @@ def test_the_shuffled_control_joins_chunks_of_different_documents():
 @pytest.mark.parametrize("unscaled_far, recipe_far, verdict", [
     (None, None, "not run yet"),  # no passkey beyond L recorded
     (0.1, None, "not run yet"),  # unscaled fails; no recipe read yet
-    (0.1, 0.9, "holds"),  # unscaled fails, PI x2 keeps 0.9 / 1.0 of its own score at 4,096
-    (0.1, 0.5, "does not hold"),  # no recipe keeps 85%
-    (0.95, 0.9, "does not hold")])  # unscaled retrieves from beyond L itself
-def test_the_beyond_l_claim_reads_the_passkey_unscaled_and_under_each_recipe(unscaled_far, recipe_far, verdict):
-    def passkey(recipe, distance, score):
-        return {"part": "retrieval", "recipe": recipe, "distance": distance, "probe": "passkey",
-                "accuracy": [score, score, score]}
+    (0.1, 0.9, "holds"),  # unscaled fails, PI x2 keeps 0.9 / 1.0 of its own early score
+    (0.1, 0.5, "does not hold"),  # the only recipe keeps less than 85%
+    (0.95, 0.9, "does not hold")])  # unscaled retrieves there itself
+def test_the_beyond_l_claim_reads_the_passkey_asked_beyond_l(unscaled_far, recipe_far, verdict):
+    def passkey(recipe, share, prefix=None):  # keys retrieved whole: a share of 20 probes
+        key = {"part": "retrieval", "recipe": recipe, "distance": 1024, "probe": "passkey",
+               "accuracy": [1.0] * round(20 * share) + [0.8] * (20 - round(20 * share))}
+        return key if prefix is None else {**key, "prefix": prefix}
 
-    runs = [passkey("none", 256, 1.0), passkey("none", 4096, 0.95)]
-    runs += [passkey("none", 12288, unscaled_far)] if unscaled_far is not None else []
-    runs += [passkey("PI x2", 4096, 1.0), passkey("PI x2", 12288, recipe_far)] if recipe_far is not None else []
-    claims = rm.toy_claims(_record(_toy_runs() + runs, sink_tokens_read=512))
-    row = claims["unscaled, a RoPE model cannot copy from beyond L; the recipes can"]
+    runs = [passkey("none", 1.0)]
+    runs += [passkey("none", unscaled_far, 11264)] if unscaled_far is not None else []
+    runs += [passkey("PI x2", 1.0), passkey("PI x2", recipe_far, 11264)] if recipe_far is not None else []
+    record = _record(_toy_runs() + runs, sink_tokens_read=512, passkey_distance=1024, passkey_far=[12288])
+    row = rm.toy_claims(record)["unscaled, a RoPE model cannot copy from beyond L; the recipes can"]
     assert row["verdict"] == verdict
     if recipe_far is not None:
-        assert f"PI x2 {recipe_far:.2f} (1.00 at 4,096)" in row["on SmolLM2-135M"]
+        assert f"PI x2 {recipe_far:.2f} (1.00 early)" in row["on SmolLM2-135M"]
+    # a digit right is not a key right: 0.8 of the digits is a key missed
+    assert rm.retrieval_rows(record, probe="passkey")[1024][0] == 1.0
+    if unscaled_far is not None:
+        late = rm.retrieval_rows(record, probe="passkey")["1024, needle after 11264"]
+        assert late[0] == pytest.approx(unscaled_far) and late[1] <= late[0] <= late[2]
+        digits = rm.retrieval_rows(record, probe="passkey", digits=True)["1024, needle after 11264"]
+        assert digits[0] == pytest.approx(unscaled_far + 0.8 * (1 - unscaled_far))

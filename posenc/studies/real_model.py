@@ -33,14 +33,15 @@ Parts (one run per document, recipe or probe set; ``next_run`` walks them in thi
   random token ids placed after the first 256 tokens of a document and repeated ``distance`` tokens later,
   at the end; the score is the teacher-forced top-1 accuracy of the repeat's tokens after its first. One
   probe per document (a new random segment each), for each recipe and distance: the control (no scaling,
-  distances within 8,192) says up to which distance the model retrieves at all; the recipes are probed at
-  ``recipe_distances`` (one within 8,192 and the ones beyond, where a recipe could move the limit). Its
-  checks: a negative control (the segment only at the end), random ids drawn from the ids the documents
+  distances within 8,192) says up to which distance the model retrieves at all. Its checks: a negative control (the segment only at the end), random ids drawn from the ids the documents
   use (``probe="seen"``), natural text (``probe="text"``: the middle of the next document, with its own
   negative control), a position control (a short distance with the repeat as late in the window as
   the longest distance's, ``prefix``), and a passkey the instruct model is asked for in its chat format
-  (``probe="passkey"``, ``passkey_probe``: the share of the key's five digits right, with a negative
-  control whose needle is left out).
+  (``probe="passkey"``, ``passkey_probe``: is the key retrieved whole, with a negative control whose needle
+  is left out). The passkey is the probe whose control passes, so it is the one the recipes are read with:
+  ``passkey_distance`` tokens back (a distance the unscaled model retrieves from) with the question at each
+  position of ``passkey_far`` (beyond 8,192), and at that distance early in the window (the recipe's own
+  control). A distance beyond 8,192 is not probed: the model fails from 7,808 back within its window.
 
 The far-context reading has a negative control too (``control="shuffled"``): 1,024-token chunks of the 8
 documents, each once, so that a chunk's far context is other documents; it is scored only on the tokens
@@ -59,7 +60,7 @@ from pathlib import Path
 import torch
 
 from .. import evaluate
-from ..stats import paired_family, t_interval
+from ..stats import clopper_pearson, paired_family, t_interval
 
 MODEL = "smollm2-135m"
 TRAINED_LENGTH = 8192  # SmolLM2-135M's context length (the file's llama.context_length)
@@ -87,11 +88,12 @@ _COMMON = dict(methods=[MODEL], doc_tokens=32768, frequency_tokens=1024, sink_to
 PRESETS = {
     "tiny": dict(_COMMON, threads=1, documents=2, doc_tokens=600, frequency_tokens=64, sink_tokens_read=64, truncations=[32],
                  context_tokens=128, stream_tokens=160, cache_tokens=64, extension_tokens=256, long_tokens=None,
-                 recipes=["none", "YaRN x2"], long_recipes=[], distances=[64, 200], recipe_distances=[200], probe_tokens=16, bin=64,
+                 recipes=["none", "YaRN x2"], long_recipes=[], distances=[64, 200], passkey_distance=200, passkey_far=[],
+                 probe_tokens=16, bin=64,
                  parts=list(PARTS), streams=1),
     "full": dict(_COMMON, documents=8, prose_tokens=16384, stream_tokens=16384, streams=2, extension_tokens=16384, long_tokens=32768,
                  recipes=list(RECIPES), long_recipes=["none", "PI x4", "YaRN x4", "dynamic NTK x2"],
-                 distances=[256, 1024, 2048, 4096, 6144, 7808, 12288, 16000], recipe_distances=[4096, 12288, 16000],
+                 distances=[256, 1024, 2048, 4096, 6144, 7808], passkey_distance=1024, passkey_far=[12288, 16000],
                  parts=list(PARTS)),
 }
 
@@ -309,7 +311,7 @@ def _keys(config: dict) -> list[dict]:
         keys += [{"part": "far_context", "document": d, "control": "shuffled"} for d in range(min(2, config["documents"]))]
     keys += streams
     if "retrieval" in parts:  # beyond L: the passkey, the one probe whose control passes the 0.95 bar
-        keys += _passkey_beyond(config, [d for d in config["distances"] if d not in within])
+        keys += _passkey_beyond(config)
     keys += extension
     if "extension" in parts and config.get("long_tokens"):  # the code files: the prose stretches are shorter
         keys += [{"part": "extension", "recipe": r, "document": d, "length": config["long_tokens"]}
@@ -320,20 +322,21 @@ def _keys(config: dict) -> list[dict]:
 FIRST_RECIPES = ("YaRN x2", "dynamic NTK x2")  # the zero-shot recipes in wide use: read first
 
 
-def _passkey_beyond(config: dict, beyond: list[int]) -> list[dict]:
-    """The passkey under every recipe, the cheapest informative runs first: unscaled at the first distance
-    beyond L (where it should fail), then each recipe at its first two ``recipe_distances`` (the first within
-    L: the recipe's own control), then every recipe at the others, then the rest of the unscaled distances."""
-    def passkey(recipe, distance):
-        return {"part": "retrieval", "recipe": recipe, "distance": distance, "probe": "passkey"}
+def _passkey_beyond(config: dict) -> list[dict]:
+    """The passkey ``passkey_distance`` back under every recipe, asked at the positions ``passkey_far``
+    beyond L: unscaled at the first (where it should fail), then each recipe early in the window (its own
+    control) and at the first, then every recipe at the others."""
+    distance, far = config["passkey_distance"], config["passkey_far"]
+
+    def passkey(recipe, position=None):  # the needle after position - distance tokens of the document
+        key = {"part": "retrieval", "recipe": recipe, "distance": distance, "probe": "passkey"}
+        return key if position is None else {**key, "prefix": position - distance}
 
     first = {r: i for i, r in enumerate(FIRST_RECIPES)}
     recipes = sorted((r for r in config["recipes"] if r != "none"), key=lambda r: first.get(r, len(first)))
-    distances = config["recipe_distances"]
-    keys = [passkey("none", d) for d in beyond[:1]]
-    keys += [passkey(r, d) for r in recipes for d in distances[:2]]
-    keys += [passkey(r, d) for d in distances[2:] for r in recipes]
-    return keys + [passkey("none", d) for d in beyond[1:]]
+    keys = [passkey("none", p) for p in far[:1]]
+    keys += [key for r in recipes for key in (passkey(r), *(passkey(r, p) for p in far[:1]))]
+    return keys + [passkey(r, p) for p in far[1:] for r in ("none", *recipes)]
 
 
 def next_run(config: dict, runs: list[dict]) -> dict | None:
@@ -413,7 +416,7 @@ def measure(model, tokenizer, config: dict, key: dict, checkpoint_dir: Path | No
                                        config["probe_tokens"])
             if key.get("probe") == "passkey":  # the five digits, each from the right ones before it
                 tokens, start = passkey_probe(tokenizer, doc["ids"], key["distance"], config["probe_seed"] + d,
-                                              present=key.get("control") != "negative")
+                                              prefix=key.get("prefix", 256), present=key.get("control") != "negative")
                 copy, scored = start - 1, 5
             else:
                 tokens, copy = induction_probe(doc["ids"], key["distance"], config["probe_tokens"],
@@ -595,17 +598,26 @@ def far_context_curves(record: dict, kind: str | None = None) -> dict:
             for name in readings}
 
 
-def retrieval_rows(record: dict, recipe: str = "none", probe: str = "random", level: float = 0.95) -> dict:
-    """``{distance: (mean, low, high)}``: the induction probe's top-1 accuracy by distance, its t-interval over
-    the probes (one per document); the negative control (no earlier copy) under the key ``"no earlier copy"``.
-    ``probe``: ``"random"`` (random ids), ``"text"`` (the middle of the next document), ``"seen"`` (random ids
-    the documents use) or ``"passkey"`` (the share of a passkey's five digits right)."""
+def retrieval_rows(record: dict, recipe: str = "none", probe: str = "random", level: float = 0.95,
+                   digits: bool = False) -> dict:
+    """``{distance: (mean, low, high)}`` by distance, one probe per document; the negative control (no earlier
+    copy) under the key ``"no earlier copy"``. ``probe``: ``"random"`` (random ids), ``"text"`` (the middle of
+    the next document) or ``"seen"`` (random ids the documents use): the induction probe's top-1 accuracy,
+    t-interval over the probes; ``"passkey"``: the share of keys retrieved whole (all five digits, which is
+    what greedy decoding would answer), Clopper-Pearson interval, or with ``digits`` the share of digits
+    right, each after the true ones before it (t-interval)."""
     rows = {}
     runs = [run for run in _runs(record, "retrieval", recipe=recipe) if run.get("probe", "random") == probe]
     for run in sorted(runs, key=lambda run: run["distance"]):
+        late = "needle after" if probe == "passkey" else "repeat at"
+        where = run.get("prefix", 0) + (0 if probe == "passkey" else run["distance"])
         name = ("no earlier copy" if run.get("control") == "negative" else
-                f"{run['distance']}, repeat at {run['prefix'] + run['distance']}" if "prefix" in run else run["distance"])
-        rows[name] = t_interval(run["accuracy"], level)
+                f"{run['distance']}, {late} {where}" if "prefix" in run else run["distance"])
+        if probe == "passkey" and not digits:
+            right, probes = sum(a > 1 - 1e-6 for a in run["accuracy"]), len(run["accuracy"])
+            rows[name] = (right / probes, *clopper_pearson(right, probes, level))
+        else:
+            rows[name] = t_interval(run["accuracy"], level)
     return rows
 
 
@@ -820,28 +832,35 @@ def toy_claims(record: dict) -> dict:
     return claims
 
 
-def _beyond_claim(record: dict, far: int = 12288, near: int = 4096) -> tuple[str, bool | None]:
-    """The evidence and verdict of "unscaled, a RoPE model cannot retrieve from beyond L; the recipes can",
-    on the passkey (the probe whose control passes): unscaled at ``far`` below 85% of its score at the
-    shortest distance, and a recipe whose ``far`` score keeps 85% of its own at ``near`` (itself at least
-    the book's 0.95 bar). None (not run yet) until the unscaled run and one recipe's pair are recorded."""
+def _beyond_claim(record: dict) -> tuple[str, bool | None]:
+    """The evidence and verdict of "unscaled, a RoPE model cannot retrieve beyond L; the recipes can", on the
+    passkey (the probe whose control passes), ``passkey_distance`` back with the needle placed so that the
+    question stands at the first of ``passkey_far``: unscaled, below 85% of its keys at that distance early
+    in the window; a recipe keeps 85% of its own early score (itself at least the book's 0.95 bar). "Does
+    not hold" once every recipe has run and none can, or if the unscaled model retrieves there itself; None
+    (not run yet) before."""
+    config = record["config"]
+    distance, far = config.get("passkey_distance"), config.get("passkey_far") or [None]
+    late = f"{distance}, needle after {far[0] - distance}" if far[0] else None
     unscaled = retrieval_rows(record, probe="passkey")
-    shortest = min((d for d in unscaled if isinstance(d, int)), default=None)
-    if far not in unscaled or shortest is None:
-        return f"passkeys {far:,} tokens back are later runs of the study", None
-    cannot = unscaled[far][0] < NOLIMA_SHARE * unscaled[shortest][0]
+    if late not in unscaled or distance not in unscaled:
+        return "passkeys asked beyond 8,192 tokens are later runs of the study", None
+    cannot = unscaled[late][0] < NOLIMA_SHARE * unscaled[distance][0]
     scores = {}
-    for recipe in record["config"]["recipes"]:
-        rows = retrieval_rows(record, recipe=recipe, probe="passkey") if recipe != "none" else {}
-        if near in rows and far in rows:
-            scores[recipe] = (rows[near][0], rows[far][0])
-    can = [r for r, (n, f) in scores.items() if n >= 0.95 and f >= NOLIMA_SHARE * n]
-    evidence = (f"passkey {far:,} back: unscaled {unscaled[far][0]:.2f}; "
-                + (", ".join(f"{r} {f:.2f} ({n:.2f} at {near:,})" for r, (n, f) in scores.items())
-                   if scores else "no recipe run yet"))
+    for recipe in (r for r in config["recipes"] if r != "none"):
+        rows = retrieval_rows(record, recipe=recipe, probe="passkey")
+        if distance in rows and late in rows:
+            scores[recipe] = (rows[distance][0], rows[late][0])
+    can = [r for r, (early, there) in scores.items() if early >= 0.95 and there >= NOLIMA_SHARE * early]
+    evidence = (f"keys {distance:,} back, asked at {far[0]:,}: unscaled {unscaled[late][0]:.2f} "
+                f"({unscaled[distance][0]:.2f} early); "
+                + (", ".join(f"{r} {there:.2f} ({early:.2f} early)" for r, (early, there) in scores.items())
+                   or "no recipe run yet"))
     if not cannot:
         return evidence, False
-    return evidence, (bool(can) if scores else None)
+    if can:
+        return evidence, True
+    return evidence, False if len(scores) == len(config["recipes"]) - 1 else None
 
 
 __all__ = ["RECIPES", "PRESETS", "documents", "pair_sizes", "induction_probe", "passkey_probe", "probe_accuracy", "next_run", "run",
