@@ -33,8 +33,8 @@ Parts (one run per document, recipe or probe set; ``next_run`` walks them in thi
   random token ids placed after the first 256 tokens of a document and repeated ``distance`` tokens later,
   at the end; the score is the teacher-forced top-1 accuracy of the repeat's tokens after its first. One
   probe per document (a new random segment each), for each recipe and distance: the control (no scaling,
-  distances within 8,192) says up to which distance the model retrieves at all. Its checks: a negative control (the segment only at the end), random ids drawn from the ids the documents
-  use (``probe="seen"``), natural text (``probe="text"``: the middle of the next document, with its own
+  distances within 8,192) says up to which distance the model retrieves at all. Its checks: a negative
+  control (the segment only at the end), random ids drawn from the ids the documents use (``probe="seen"``), natural text (``probe="text"``: the middle of the next document, with its own
   negative control), a position control (a short distance with the repeat as late in the window as
   the longest distance's, ``prefix``), and a passkey the instruct model is asked for in its chat format
   (``probe="passkey"``, ``passkey_probe``: is the key retrieved whole, with a negative control whose needle
@@ -610,16 +610,20 @@ def retrieval_rows(record: dict, recipe: str = "none", probe: str = "random", le
     rows = {}
     runs = [run for run in _runs(record, "retrieval", recipe=recipe) if run.get("probe", "random") == probe]
     for run in sorted(runs, key=lambda run: run["distance"]):
-        late = "needle after" if probe == "passkey" else "repeat at"
-        where = run.get("prefix", 0) + (0 if probe == "passkey" else run["distance"])
-        name = ("no earlier copy" if run.get("control") == "negative" else
-                f"{run['distance']}, {late} {where}" if "prefix" in run else run["distance"])
+        late = (passkey_label(run["distance"], run["prefix"] + run["distance"]) if probe == "passkey" else
+                f"{run['distance']}, repeat at {run['prefix'] + run['distance']}") if "prefix" in run else None
+        name = "no earlier copy" if run.get("control") == "negative" else late or run["distance"]
         if probe == "passkey" and not digits:
             right, probes = sum(a > 1 - 1e-6 for a in run["accuracy"]), len(run["accuracy"])
             rows[name] = (right / probes, *clopper_pearson(right, probes, level))
         else:
             rows[name] = t_interval(run["accuracy"], level)
     return rows
+
+
+def passkey_label(distance: int, position: int) -> str:
+    """The ``retrieval_rows`` key of a passkey ``distance`` back whose question stands at ``position``."""
+    return f"{distance}, needle after {position - distance}"
 
 
 def effective_length(rows: dict, share: float = NOLIMA_SHARE) -> int | None:
@@ -842,7 +846,7 @@ def _beyond_claim(record: dict) -> tuple[str, bool | None]:
     (not run yet) before."""
     config = record["config"]
     distance, far = config.get("passkey_distance"), config.get("passkey_far") or [None]
-    late = f"{distance}, needle after {far[0] - distance}" if far[0] else None
+    late = passkey_label(distance, far[0]) if far[0] else None
     unscaled = retrieval_rows(record, probe="passkey")
     if late not in unscaled or distance not in unscaled:
         return "passkeys asked beyond 8,192 tokens are later runs of the study", None
@@ -866,5 +870,5 @@ def _beyond_claim(record: dict) -> tuple[str, bool | None]:
 
 __all__ = ["RECIPES", "PRESETS", "documents", "pair_sizes", "induction_probe", "passkey_probe", "probe_accuracy", "next_run", "run",
            "measure", "perplexities", "wavelength", "frequency_rows", "sink_rows", "strongest_sink_heads",
-           "far_context_rows", "far_context_curves", "retrieval_rows", "effective_length", "stream_rows", "stream_pairs",
+           "far_context_rows", "far_context_curves", "retrieval_rows", "passkey_label", "effective_length", "stream_rows", "stream_pairs",
            "stream_curves", "stream_count", "stream_perplexities", "extension_rows", "extension_pairs", "NOLIMA_SHARE", "STREAM_READINGS", "toy_claims", "EQUIVALENCE_PERCENT", "LAST_BIN"]
