@@ -310,9 +310,9 @@ def _keys(config: dict) -> list[dict]:
     if "far_context" in parts:  # the negative control: chunks of different documents, nothing far to use
         keys += [{"part": "far_context", "document": d, "control": "shuffled"} for d in range(min(2, config["documents"]))]
     keys += streams
-    if "retrieval" in parts:  # beyond L: the passkey, the one probe whose control passes the 0.95 bar
-        keys += _passkey_beyond(config)
-    keys += extension
+    beyond = _passkey_beyond(config) if "retrieval" in parts else ([], [])
+    keys += beyond[0]  # beyond L: the passkey, the one probe whose control passes the 0.95 bar
+    keys += extension + beyond[1]  # the perplexity to 16,384 before the passkey asked still further out
     if "extension" in parts and config.get("long_tokens"):  # the code files: the prose stretches are shorter
         keys += [{"part": "extension", "recipe": r, "document": d, "length": config["long_tokens"]}
                  for d in docs if d % 2 == 0 for r in config["long_recipes"]]
@@ -323,10 +323,10 @@ def _keys(config: dict) -> list[dict]:
 FIRST_RECIPES = ("YaRN x2", "dynamic NTK x2", "Llama 3 x2", "NTK-aware x2", "YaRN x4", "PI x2", "PI x4")
 
 
-def _passkey_beyond(config: dict) -> list[dict]:
+def _passkey_beyond(config: dict) -> tuple[list[dict], list[dict]]:
     """The passkey ``passkey_distance`` back under every recipe, asked at the positions ``passkey_far``
-    beyond L: unscaled at the first (where it should fail), then each recipe early in the window (its own
-    control) and at the first, then every recipe at the others."""
+    beyond L, in two lists: unscaled at the first (where it should fail), then each recipe early in the
+    window (its own control) and at the first; then every recipe at the others."""
     distance, far = config["passkey_distance"], config["passkey_far"]
 
     def passkey(recipe, position=None):  # the needle after position - distance tokens of the document
@@ -337,7 +337,7 @@ def _passkey_beyond(config: dict) -> list[dict]:
     recipes = sorted((r for r in config["recipes"] if r != "none"), key=lambda r: first.get(r, len(first)))
     keys = [passkey("none", p) for p in far[:1]]
     keys += [key for r in recipes for key in (passkey(r), *(passkey(r, p) for p in far[:1]))]
-    return keys + [passkey(r, p) for p in far[1:] for r in ("none", *recipes)]
+    return keys, [passkey(r, p) for p in far[1:] for r in ("none", *recipes)]
 
 
 def next_run(config: dict, runs: list[dict]) -> dict | None:
