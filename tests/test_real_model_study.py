@@ -208,8 +208,13 @@ def test_extension_rows_pair_the_recipes_by_document_with_the_truncated_reading_
     assert rows["none, last 8192 at once"]["8192-12288"][0] == pytest.approx((math.exp(1.0) + math.exp(2.0)) / 2)
     assert rows["PI x2"]["0-8192"][0] == pytest.approx((math.exp(1.5) + math.exp(2.5)) / 2)
     pairs = rm.extension_pairs(record, (8192, 16384), "none, last 8192 at once")
-    expected = ((math.exp(2.0) - math.exp(1.0)) + (math.exp(3.0) - math.exp(2.0))) / 2
-    assert pairs["none"]["interval"][0] == pytest.approx(expected)
+    # per document: exp(mean of 8 losses of loss + 1) against exp(loss): e - 1 relative, in per cent
+    assert pairs["none"]["interval"][0] == pytest.approx(100 * (math.e - 1))
+    assert pairs["PI x2"]["interval"][0] == pytest.approx(100 * (math.exp(0.5) - 1))
+    curves = rm.extension_curves(record)  # the mean loss per bin over both documents, as perplexity
+    assert curves["none"] == pytest.approx([math.exp(1.5)] * 8 + [math.exp(2.5)] * 8)
+    assert curves["none, last 8192 at once"] == pytest.approx([math.exp(1.5)] * 16)
+    assert rm.extension_curves(_record([])) == {}
     with pytest.raises(ValueError, match="against"):
         rm.extension_pairs(record, (0, 8192), "YaRN x9")
 

@@ -712,9 +712,9 @@ def extension_rows(record: dict, length: int | None = None, spans=((0, 8192), (8
 
 
 def extension_pairs(record: dict, span: tuple[int, int], against: str, length: int | None = None) -> dict:
-    """``paired_family`` of each recipe's perplexity over positions ``span`` minus ``against``'s (a recipe, or
-    ``"none, last 8192 at once"``), paired by document, Holm-corrected over the recipes; ``{}`` before two
-    documents have been read by ``against``."""
+    """``paired_family`` of each recipe's perplexity over positions ``span`` relative to ``against``'s (a
+    recipe, or ``"none, last 8192 at once"``), ``100 (a / b - 1)`` per cent, paired by document,
+    Holm-corrected over the recipes; ``{}`` before two documents have been read by ``against``."""
     rows = extension_rows(record, length, spans=(span,), level=0.95)
     if against not in rows:
         raise ValueError(f"against must be one of {sorted(rows)}, got {against!r}")
@@ -722,8 +722,26 @@ def extension_pairs(record: dict, span: tuple[int, int], against: str, length: i
     per_doc = _extension_per_document(record, length, span)
     if len(per_doc[against]) < 2:
         return {}
-    pairs = {recipe: (per_doc[recipe], per_doc[against]) for recipe in rows if recipe != against}
+    base = per_doc[against]
+    pairs = {recipe: ({d: 100 * (v / base[d] - 1) for d, v in per_doc[recipe].items() if d in base},
+                      {d: 0.0 for d in per_doc[recipe] if d in base})
+             for recipe in rows if recipe != against}
     return paired_family(pairs)
+
+
+def extension_curves(record: dict, length: int | None = None) -> dict:
+    """``{recipe: [perplexity per bin]}``: each reading's loss per position bin averaged over the documents
+    every reading has read to ``length`` (default ``extension_tokens``), as perplexity; ``{}`` before any."""
+    length = record["config"]["extension_tokens"] if length is None else length
+    truncated = f"last {record['config']['context_tokens']}"
+    per_doc: dict[str, dict[str, list[float]]] = {}
+    for run in _runs(record, "extension", length=length):
+        for name, losses in ((run["recipe"], run["losses"]), (f"none, {truncated} at once", run.get(truncated))):
+            if losses is not None:
+                per_doc.setdefault(name, {})[run["doc"]["name"]] = losses
+    shared = sorted(set.intersection(*(set(docs) for docs in per_doc.values()))) if per_doc else []
+    return {name: perplexities([statistics.fmean(values) for values in zip(*(docs[d] for d in shared))])
+            for name, docs in per_doc.items() if shared}
 
 
 def _extension_per_document(record: dict, length: int, span: tuple[int, int]) -> dict:
