@@ -215,6 +215,8 @@ def test_extension_rows_pair_the_recipes_by_document_with_the_truncated_reading_
     assert curves["none"] == pytest.approx([math.exp(1.5)] * 8 + [math.exp(2.5)] * 8)
     assert curves["none, last 8192 at once"] == pytest.approx([math.exp(1.5)] * 16)
     assert rm.extension_curves(_record([])) == {}
+    assert rm.extension_documents(record) == ["a", "b"]
+    assert rm.extension_documents(_record(runs[:3])) == ["a"]  # b not yet read by PI x2
     with pytest.raises(ValueError, match="against"):
         rm.extension_pairs(record, (0, 8192), "YaRN x9")
 

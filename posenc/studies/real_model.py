@@ -729,9 +729,9 @@ def extension_pairs(record: dict, span: tuple[int, int], against: str, length: i
     return paired_family(pairs)
 
 
-def extension_curves(record: dict, length: int | None = None) -> dict:
-    """``{recipe: [perplexity per bin]}``: each reading's loss per position bin averaged over the documents
-    every reading has read to ``length`` (default ``extension_tokens``), as perplexity; ``{}`` before any."""
+def _extension_losses(record: dict, length: int | None) -> tuple[dict, list[str]]:
+    """``({reading: {document: [loss per bin]}}, the documents every reading has read to length)``; the
+    truncated reading under its own row name."""
     length = record["config"]["extension_tokens"] if length is None else length
     truncated = f"last {record['config']['context_tokens']}"
     per_doc: dict[str, dict[str, list[float]]] = {}
@@ -740,20 +740,27 @@ def extension_curves(record: dict, length: int | None = None) -> dict:
             if losses is not None:
                 per_doc.setdefault(name, {})[run["doc"]["name"]] = losses
     shared = sorted(set.intersection(*(set(docs) for docs in per_doc.values()))) if per_doc else []
+    return per_doc, shared
+
+
+def extension_documents(record: dict, length: int | None = None) -> list[str]:
+    """The documents every reading (each recipe and the truncated one) has read to ``length``."""
+    return _extension_losses(record, length)[1]
+
+
+def extension_curves(record: dict, length: int | None = None) -> dict:
+    """``{recipe: [perplexity per bin]}``: each reading's loss per position bin averaged over the documents
+    every reading has read to ``length`` (default ``extension_tokens``), as perplexity; ``{}`` before any."""
+    per_doc, shared = _extension_losses(record, length)
     return {name: perplexities([statistics.fmean(values) for values in zip(*(docs[d] for d in shared))])
             for name, docs in per_doc.items() if shared}
 
 
 def _extension_per_document(record: dict, length: int, span: tuple[int, int]) -> dict:
     """``{recipe: {document: perplexity over span}}`` (the truncated reading under its own row name)."""
-    truncated = f"last {record['config']['context_tokens']}"
     bin_, (a, b) = record["config"]["bin"], span
-    out: dict[str, dict[str, float]] = {}
-    for run in _runs(record, "extension", length=length):
-        for name, losses in ((run["recipe"], run["losses"]), (f"none, {truncated} at once", run.get(truncated))):
-            if losses is not None:
-                out.setdefault(name, {})[run["doc"]["name"]] = math.exp(statistics.fmean(losses[a // bin_:b // bin_]))
-    return out
+    return {name: {doc: math.exp(statistics.fmean(losses[a // bin_:b // bin_])) for doc, losses in docs.items()}
+            for name, docs in _extension_losses(record, length)[0].items()}
 
 
 EQUIVALENCE_PERCENT = 1.0  # "changes nothing": the 95% interval of the difference lies within +-1%
