@@ -175,6 +175,14 @@ RECIPES = {
                {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                 "original_max_position_embeddings": 8192}, 65536),
 }
+# LongRoPE's factors are searched per model, and none were published for SmolLM2: these have the shape of
+# Phi-3's published ones (near 1 on the fast pairs, rising to about the factor on the slowest). A pass of
+# SEQ tokens uses the short factors under an original length of 8,192 and the long ones under 128.
+_SHORT, _LONG = [1.0 + 0.5 * i / 31 for i in range(32)], [1.0 + 3.0 * (i / 31) ** 2 for i in range(32)]
+for _name, _original in (("longrope, short factors", 8192), ("longrope, long factors", 128)):
+    _longrope = {"rope_type": "longrope", "factor": 4.0, "short_factor": _SHORT, "long_factor": _LONG,
+                 "original_max_position_embeddings": _original}
+    RECIPES[_name] = (_longrope, dict(_longrope), 4 * _original)
 
 
 @pytest.mark.parametrize("recipe", RECIPES)
