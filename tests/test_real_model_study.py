@@ -211,6 +211,7 @@ def test_extension_rows_pair_the_recipes_by_document_with_the_truncated_reading_
     # per document: exp(mean of 8 losses of loss + 1) against exp(loss): e - 1 relative, in per cent
     assert pairs["none"]["interval"][0] == pytest.approx(100 * (math.e - 1))
     assert pairs["PI x2"]["interval"][0] == pytest.approx(100 * (math.exp(0.5) - 1))
+    assert list(rm.extension_pairs(record, (0, 8192), "none", readings=["PI x2"])) == ["PI x2"]
     curves = rm.extension_curves(record)  # the mean loss per bin over both documents, as perplexity
     assert curves["none"] == pytest.approx([math.exp(1.5)] * 8 + [math.exp(2.5)] * 8)
     assert curves["none, last 8192 at once"] == pytest.approx([math.exp(1.5)] * 16)

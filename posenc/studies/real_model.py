@@ -711,10 +711,12 @@ def extension_rows(record: dict, length: int | None = None, spans=((0, 8192), (8
     return rows
 
 
-def extension_pairs(record: dict, span: tuple[int, int], against: str, length: int | None = None) -> dict:
-    """``paired_family`` of each recipe's perplexity over positions ``span`` relative to ``against``'s (a
-    recipe, or ``"none, last 8192 at once"``), ``100 (a / b - 1)`` per cent, paired by document,
-    Holm-corrected over the recipes; ``{}`` before two documents have been read by ``against``."""
+def extension_pairs(record: dict, span: tuple[int, int], against: str, length: int | None = None,
+                    readings=None) -> dict:
+    """``paired_family`` of each reading's perplexity over positions ``span`` (those in ``readings``, default
+    every other row of ``extension_rows``) relative to ``against``'s (a recipe, or ``"none, last 8192 at
+    once"``), ``100 (a / b - 1)`` per cent, paired by document, Holm-corrected over them; ``{}`` before two
+    documents have been read by ``against``."""
     rows = extension_rows(record, length, spans=(span,), level=0.95)
     if against not in rows:
         raise ValueError(f"against must be one of {sorted(rows)}, got {against!r}")
@@ -725,7 +727,7 @@ def extension_pairs(record: dict, span: tuple[int, int], against: str, length: i
     base = per_doc[against]
     pairs = {recipe: ({d: 100 * (v / base[d] - 1) for d, v in per_doc[recipe].items() if d in base},
                       {d: 0.0 for d in per_doc[recipe] if d in base})
-             for recipe in rows if recipe != against}
+             for recipe in rows if recipe != against and (readings is None or recipe in readings)}
     return paired_family(pairs)
 
 
