@@ -218,6 +218,10 @@ def test_extension_rows_pair_the_recipes_by_document_with_the_truncated_reading_
     assert rm.extension_curves(_record([])) == {}
     assert rm.extension_documents(record) == ["a", "b"]
     assert rm.extension_documents(_record(runs[:3])) == ["a"]  # b not yet read by PI x2
+    assert rm.extension_pairs(_record(runs[:3]), (0, 8192), "none") == {}  # one shared document
+    extra = dict(runs[0], doc={"name": "c"}, losses=[9.0] * 16)  # c read by none only: left out
+    again = rm.extension_pairs(_record(runs + [extra]), (8192, 16384), "none, last 8192 at once")
+    assert again["PI x2"]["interval"] == pytest.approx(pairs["PI x2"]["interval"])
     with pytest.raises(ValueError, match="against"):
         rm.extension_pairs(record, (0, 8192), "YaRN x9")
 

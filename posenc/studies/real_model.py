@@ -715,18 +715,17 @@ def extension_pairs(record: dict, span: tuple[int, int], against: str, length: i
                     readings=None) -> dict:
     """``paired_family`` of each reading's perplexity over positions ``span`` (those in ``readings``, default
     every other row of ``extension_rows``) relative to ``against``'s (a recipe, or ``"none, last 8192 at
-    once"``), ``100 (a / b - 1)`` per cent, paired by document, Holm-corrected over them; ``{}`` before two
-    documents have been read by ``against``."""
+    once"``), ``100 (a / b - 1)`` per cent, paired by document over the documents every reading has read
+    (``extension_documents``), Holm-corrected over them; ``{}`` before two such documents."""
     rows = extension_rows(record, length, spans=(span,), level=0.95)
     if against not in rows:
         raise ValueError(f"against must be one of {sorted(rows)}, got {against!r}")
     length = record["config"]["extension_tokens"] if length is None else length
-    per_doc = _extension_per_document(record, length, span)
-    if len(per_doc[against]) < 2:
+    per_doc, shared = _extension_per_document(record, length, span), extension_documents(record, length)
+    if len(shared) < 2:
         return {}
     base = per_doc[against]
-    pairs = {recipe: ({d: 100 * (v / base[d] - 1) for d, v in per_doc[recipe].items() if d in base},
-                      {d: 0.0 for d in per_doc[recipe] if d in base})
+    pairs = {recipe: ({d: 100 * (per_doc[recipe][d] / base[d] - 1) for d in shared}, dict.fromkeys(shared, 0.0))
              for recipe in rows if recipe != against and (readings is None or recipe in readings)}
     return paired_family(pairs)
 
@@ -844,8 +843,7 @@ def toy_claims(record: dict) -> dict:
             add(claim, "chapter 17", "fewer than two streams recorded", None)
     truncated = f"none, last {record['config']['context_tokens']} at once"
     length = record["config"]["extension_tokens"]
-    per_doc = _extension_per_document(record, length, LAST_BIN)
-    documents = len(per_doc.get(truncated, {}))
+    documents = len(extension_documents(record, length))
     if documents >= 2:
         tests = extension_pairs(record, LAST_BIN, truncated)
         better = [r for r, t in tests.items() if t["holm"] and t["interval"][2] < 0]
