@@ -217,6 +217,8 @@ def test_extension_rows_pair_the_recipes_by_document_with_the_truncated_reading_
     assert curves["none, last 8192 at once"] == pytest.approx([math.exp(1.5)] * 16)
     assert rm.extension_curves(_record([])) == {}
     assert rm.extension_documents(record) == ["a", "b"]
+    by_doc = rm.extension_by_document(record, (8192, 16384))
+    assert by_doc["none"] == pytest.approx({"a": math.exp(2.0), "b": math.exp(3.0)})
     assert rm.extension_documents(_record(runs[:3])) == ["a"]  # b not yet read by PI x2
     assert rm.extension_pairs(_record(runs[:3]), (0, 8192), "none") == {}  # one shared document
     extra = dict(runs[0], doc={"name": "c"}, losses=[9.0] * 16)  # c read by none only: left out

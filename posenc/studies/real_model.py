@@ -704,7 +704,7 @@ def extension_rows(record: dict, length: int | None = None, spans=((0, 8192), (8
     length = record["config"]["extension_tokens"] if length is None else length
     rows: dict[str, dict] = {}
     for a, b in spans:
-        per_doc = _extension_per_document(record, length, (a, b))
+        per_doc = extension_by_document(record, (a, b), length)
         shared = set.intersection(*(set(docs) for docs in per_doc.values())) if per_doc else set()
         for recipe, values in per_doc.items():
             rows.setdefault(recipe, {})[f"{a}-{b}"] = t_interval([values[doc] for doc in sorted(shared)], level)
@@ -721,7 +721,7 @@ def extension_pairs(record: dict, span: tuple[int, int], against: str, length: i
     if against not in rows:
         raise ValueError(f"against must be one of {sorted(rows)}, got {against!r}")
     length = record["config"]["extension_tokens"] if length is None else length
-    per_doc, shared = _extension_per_document(record, length, span), extension_documents(record, length)
+    per_doc, shared = extension_by_document(record, span, length), extension_documents(record, length)
     if len(shared) < 2:
         return {}
     base = per_doc[against]
@@ -757,8 +757,9 @@ def extension_curves(record: dict, length: int | None = None) -> dict:
             for name, docs in per_doc.items() if shared}
 
 
-def _extension_per_document(record: dict, length: int, span: tuple[int, int]) -> dict:
-    """``{recipe: {document: perplexity over span}}`` (the truncated reading under its own row name)."""
+def extension_by_document(record: dict, span: tuple[int, int], length: int | None = None) -> dict:
+    """``{reading: {document: perplexity over positions span}}`` of the full readings to ``length`` (default
+    ``extension_tokens``), each recipe and the truncated reading under its own row name."""
     bin_, (a, b) = record["config"]["bin"], span
     return {name: {doc: math.exp(statistics.fmean(losses[a // bin_:b // bin_])) for doc, losses in docs.items()}
             for name, docs in _extension_losses(record, length)[0].items()}
@@ -853,7 +854,7 @@ def toy_claims(record: dict) -> dict:
     else:
         add("no recipe beats the truncated reading on text beyond L", "chapter 7",
             f"{documents} document(s) read by every recipe and the truncated reading", None)
-    inside = _extension_per_document(record, length, (0, TRAINED_LENGTH))
+    inside = extension_by_document(record, (0, TRAINED_LENGTH), length)
     if "PI x4" in inside and len(set(inside["PI x4"]) & set(inside.get("none", {}))) >= 2:
         ratio = statistics.fmean(inside["PI x4"][d] / inside["none"][d] for d in inside["PI x4"] if d in inside["none"])
         add("zero-shot PI at factor 4 costs even within L", "chapter 7",
