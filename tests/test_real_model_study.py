@@ -370,6 +370,23 @@ def test_toy_claims_read_each_conclusion_by_its_rule():
         "on SmolLM2-135M"]
 
 
+@pytest.mark.parametrize("yarn_minus_truncated, verdict", [
+    ((0.05, 0.06, 0.04), "holds"),  # worse on every document: it cannot be 1% better
+    ((-0.30, -0.32, -0.31), "does not hold"),  # resolved better
+    ((0.02, -0.03, 0.0), "not resolved")])  # neither: its interval reaches 1% better
+def test_no_recipe_beats_the_truncated_reading_needs_evidence_not_its_absence(yarn_minus_truncated, verdict):
+    runs = []
+    for doc, loss, delta in zip("abc", (1.0, 2.0, 1.5), yarn_minus_truncated):
+        late = [loss] * 15 + [loss + 0.2]  # the truncated reading; the last bin is LAST_BIN
+        runs.append({"part": "extension", "recipe": "none", "length": 16384, "doc": {"name": doc},
+                     "losses": [loss] * 8 + [loss + 3] * 8, "last 8192": late})
+        runs.append({"part": "extension", "recipe": "PI x2", "length": 16384, "doc": {"name": doc},
+                     "losses": [v + delta for v in late]})
+    row = rm.toy_claims(_record(_toy_runs() + runs, sink_tokens_read=512))[
+        "no recipe beats the truncated reading on text beyond L"]
+    assert row["verdict"] == verdict and "3 documents" in row["on SmolLM2-135M"]
+
+
 def _streamed(per_stream: dict) -> dict:
     """A streaming run whose readings have one constant loss per stream (``{reading: [loss, ...]}``)."""
     starts = range(len(next(iter(per_stream.values()))))
