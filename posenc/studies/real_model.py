@@ -703,11 +703,10 @@ def extension_rows(record: dict, length: int | None = None, spans=((0, 8192), (8
     has read (paired by document); the row ``"none, last 8192 at once"`` is the truncated reading."""
     length = record["config"]["extension_tokens"] if length is None else length
     rows: dict[str, dict] = {}
+    shared = extension_documents(record, length)
     for a, b in spans:
-        per_doc = extension_by_document(record, (a, b), length)
-        shared = set.intersection(*(set(docs) for docs in per_doc.values())) if per_doc else set()
-        for recipe, values in per_doc.items():
-            rows.setdefault(recipe, {})[f"{a}-{b}"] = t_interval([values[doc] for doc in sorted(shared)], level)
+        for recipe, values in extension_by_document(record, (a, b), length).items():
+            rows.setdefault(recipe, {})[f"{a}-{b}"] = t_interval([values[doc] for doc in shared], level)
     return rows
 
 
@@ -717,16 +716,14 @@ def extension_pairs(record: dict, span: tuple[int, int], against: str, length: i
     every other row of ``extension_rows``) relative to ``against``'s (a recipe, or ``"none, last 8192 at
     once"``), ``100 (a / b - 1)`` per cent, paired by document over the documents every reading has read
     (``extension_documents``), Holm-corrected over them; ``{}`` before two such documents."""
-    rows = extension_rows(record, length, spans=(span,), level=0.95)
-    if against not in rows:
-        raise ValueError(f"against must be one of {sorted(rows)}, got {against!r}")
-    length = record["config"]["extension_tokens"] if length is None else length
     per_doc, shared = extension_by_document(record, span, length), extension_documents(record, length)
+    if against not in per_doc:
+        raise ValueError(f"against must be one of {sorted(per_doc)}, got {against!r}")
     if len(shared) < 2:
         return {}
     base = per_doc[against]
     pairs = {recipe: ({d: 100 * (per_doc[recipe][d] / base[d] - 1) for d in shared}, dict.fromkeys(shared, 0.0))
-             for recipe in rows if recipe != against and (readings is None or recipe in readings)}
+             for recipe in per_doc if recipe != against and (readings is None or recipe in readings)}
     return paired_family(pairs)
 
 
@@ -905,4 +902,5 @@ def _beyond_claim(record: dict) -> tuple[str, bool | None]:
 __all__ = ["RECIPES", "PRESETS", "documents", "pair_sizes", "induction_probe", "passkey_probe", "probe_accuracy", "next_run", "run",
            "measure", "perplexities", "wavelength", "frequency_rows", "sink_rows", "strongest_sink_heads",
            "far_context_rows", "far_context_curves", "retrieval_rows", "passkey_label", "effective_length", "stream_rows", "stream_pairs",
-           "stream_curves", "stream_count", "stream_perplexities", "extension_rows", "extension_pairs", "NOLIMA_SHARE", "STREAM_READINGS", "toy_claims", "EQUIVALENCE_PERCENT", "LAST_BIN"]
+           "stream_curves", "stream_count", "stream_perplexities", "extension_rows", "extension_pairs",
+           "extension_documents", "extension_by_document", "extension_curves", "NOLIMA_SHARE", "STREAM_READINGS", "toy_claims", "EQUIVALENCE_PERCENT", "LAST_BIN"]
