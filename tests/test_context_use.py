@@ -239,6 +239,15 @@ def test_only_passing_drops_the_runs_that_fail_the_control_and_unpairs_their_see
     assert diff == pytest.approx(((0.90 - 0.30) + (0.85 - 0.40)) / 2)  # seed 1 unpaired
 
 
+def test_a_row_below_four_passing_seeds_is_labelled_with_its_count():
+    record = _reported_record()  # rope: seed 1 fails its control (2 of 3); alibi: 3 of 3
+    controls = cu.controls(record)
+    assert cu.control_label("RoPE", controls["rope"]) == "RoPE (2 of 3)"
+    assert cu.control_label("RoPE", controls["rope"], bar=2) == "RoPE"
+    assert cu.control_label("ALiBi", controls["alibi"], bar=3) == "ALiBi"
+    assert cu.control_label("ALiBi", {"passed": 4, "seeds": 5}) == "ALiBi"  # the book's bar: four
+
+
 def test_retrieval_intervals_stay_within_zero_and_one():
     record = _reported_record()
     for run in record["runs"]:

@@ -129,6 +129,8 @@ def test_the_runs_come_cheapest_first_and_resume_where_they_stopped():
     long_runs = [k for k in keys if k["part"] == "extension" and k["length"] == 32768]
     assert {k["recipe"] for k in long_runs} == {"none", "PI x4", "YaRN x4", "dynamic NTK x2"}
     assert len(long_runs) == 4 * config["documents"] // 2  # the code files only
+    extension = [(k["document"], k["length"]) for k in keys if k["part"] == "extension"]
+    assert extension == sorted(extension)  # each document to its longest length before the next
 
 
 def test_the_retrieval_control_within_the_trained_length_comes_before_the_expensive_runs():
@@ -226,6 +228,40 @@ def test_extension_rows_pair_the_recipes_by_document_with_the_truncated_reading_
     assert again["PI x2"]["interval"] == pytest.approx(pairs["PI x2"]["interval"])
     with pytest.raises(ValueError, match="against"):
         rm.extension_pairs(record, (0, 8192), "YaRN x9")
+
+
+def test_own_truncated_pairs_set_each_recipe_against_itself_read_8192_at_a_time():
+    runs = []
+    for doc, loss, gain in (("a", 1.0, 0.10), ("b", 2.0, 0.20), ("c", 1.5, 0.15)):
+        runs.append({"part": "extension", "recipe": "none", "length": 16384, "doc": {"name": doc},
+                     "losses": [loss] * 16, "last 8192": [loss] * 16})
+        runs.append({"part": "extension", "recipe": "PI x2", "length": 16384, "doc": {"name": doc},
+                     "losses": [loss] * 15 + [loss - gain]})  # the last bin: better in one pass
+        runs.append({"part": "extension", "recipe": "PI x2", "length": 16384, "doc": {"name": doc},
+                     "control": "own truncated", "last 8192": [loss + 9] * 15 + [loss]})
+    record = _record(runs)
+    pairs = rm.own_truncated_pairs(record)  # the last 1,024 positions: exp(-gain) - 1, in per cent
+    expected = [100 * (math.exp(-g) - 1) for g in (0.10, 0.20, 0.15)]
+    assert pairs["PI x2"]["interval"][0] == pytest.approx(sum(expected) / 3)
+    assert list(pairs) == ["PI x2"]  # no own truncated reading of none: not a row
+    assert rm.own_truncated_by_document(record)["PI x2"] == pytest.approx(dict(zip("abc", expected)))
+    assert rm.own_truncated_pairs(record, span=(0, 1024))["PI x2"]["interval"][0] == pytest.approx(-100 * (1 - math.exp(-9)))
+    plain = [run for run in runs if "control" not in run]  # the own readings change no other reader
+    assert rm.extension_rows(record) == rm.extension_rows(_record(plain))
+    assert rm.own_truncated_pairs(_record(runs[:3])) == {}  # one document is not a pair
+
+
+def test_the_own_truncated_run_reads_the_recipe_at_most_the_trained_length_at_a_time():
+    config = dict(rm.PRESETS["tiny"], documents=1, doc_tokens=600)
+    torch.manual_seed(0)
+    model = TransformerLM(5000, 16, 1, 2, position="rope", n_kv_heads=1, bias=False, norm="rms", mlp="swiglu").eval()
+    rm._LOADED.clear()
+    key = {"part": "extension", "recipe": "YaRN x2", "document": 0, "length": 256, "control": "own truncated"}
+    out = rm.measure(model, Characters(), config, key)
+    ids = torch.tensor(rm._document_of(config, 0, Characters())["ids"][:256])
+    expected = evaluate.truncated_token_losses(model, ids, 255, 128, n_windows=1, stride=64, batch_size=1)[0]
+    assert "losses" not in out and out["last 128"] == pytest.approx(rm._binned(expected, 64), rel=1e-5)
+    rm._LOADED.clear()
 
 
 class Small(Characters):
@@ -370,13 +406,13 @@ def test_toy_claims_read_each_conclusion_by_its_rule():
         "on SmolLM2-135M"]
 
 
-@pytest.mark.parametrize("yarn_minus_truncated, verdict", [
+@pytest.mark.parametrize("recipe_minus_truncated, verdict", [
     ((0.05, 0.06, 0.04), "holds"),  # worse on every document: it cannot be 1% better
     ((-0.30, -0.32, -0.31), "does not hold"),  # resolved better
     ((0.02, -0.03, 0.0), "not resolved")])  # neither: its interval reaches 1% better
-def test_no_recipe_beats_the_truncated_reading_needs_evidence_not_its_absence(yarn_minus_truncated, verdict):
+def test_no_recipe_beats_the_truncated_reading_needs_evidence_not_its_absence(recipe_minus_truncated, verdict):
     runs = []
-    for doc, loss, delta in zip("abc", (1.0, 2.0, 1.5), yarn_minus_truncated):
+    for doc, loss, delta in zip("abc", (1.0, 2.0, 1.5), recipe_minus_truncated):
         late = [loss] * 15 + [loss + 0.2]  # the truncated reading; the last bin is LAST_BIN
         runs.append({"part": "extension", "recipe": "none", "length": 16384, "doc": {"name": doc},
                      "losses": [loss] * 8 + [loss + 3] * 8, "last 8192": late})

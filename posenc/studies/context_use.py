@@ -315,6 +315,17 @@ def controls(record: dict) -> dict:
     return out
 
 
+TRAINED_SEEDS = 4  # the book's bar: a method counts as trained when its control passes on 4 of 5 seeds
+
+
+def control_label(name: str, control: dict, bar: int = TRAINED_SEEDS) -> str:
+    """``name`` for a method trained to its control (``control["passed"]`` at least ``bar``), else
+    ``"name (k of n)"`` with the k of its n seeds that pass: a table row printed, not read."""
+    if control["passed"] >= bar:
+        return name
+    return f"{name} ({control['passed']} of {control['seeds']})"
+
+
 def retrieval_table(record: dict, part: str = "copy", measure: str = "token_accuracy",
                     only_passing: bool = False) -> dict:
     """``{method: {length: (mean, low, high) or None}}``: the 95% t-interval over seeds of ``measure``

@@ -64,6 +64,7 @@ from ..stats import clopper_pearson, paired_family, t_interval
 
 MODEL = "smollm2-135m"
 TRAINED_LENGTH = 8192  # SmolLM2-135M's context length (the file's llama.context_length)
+LAST_BIN = (2 * TRAINED_LENGTH - 1024, 2 * TRAINED_LENGTH)  # where the 8,192-token truncated reading sees most
 
 # Recipes as Hugging Face rope_scaling dicts, each extending 8,192 to 2x or 4x (factor as the name says)
 RECIPES = {
@@ -88,11 +89,13 @@ _COMMON = dict(methods=[MODEL], doc_tokens=32768, frequency_tokens=1024, sink_to
 PRESETS = {
     "tiny": dict(_COMMON, threads=1, documents=2, doc_tokens=600, frequency_tokens=64, sink_tokens_read=64, truncations=[32],
                  context_tokens=128, stream_tokens=160, cache_tokens=64, extension_tokens=256, long_tokens=None,
-                 recipes=["none", "YaRN x2"], long_recipes=[], distances=[64, 200], passkey_distance=200, passkey_far=[],
+                 recipes=["none", "YaRN x2"], long_recipes=[], own_truncated=["YaRN x2"], distances=[64, 200],
+                 passkey_distance=200, passkey_far=[],
                  probe_tokens=16, bin=64,
                  parts=list(PARTS), streams=1),
     "full": dict(_COMMON, documents=8, prose_tokens=16384, stream_tokens=16384, streams=2, extension_tokens=16384, long_tokens=32768,
                  recipes=list(RECIPES), long_recipes=["none", "PI x4", "YaRN x4", "dynamic NTK x2"],
+                 own_truncated=["YaRN x2"],
                  distances=[256, 1024, 2048, 4096, 6144, 7808], passkey_distance=1024, passkey_far=[12288, 16000],
                  parts=list(PARTS)),
 }
@@ -305,18 +308,21 @@ def _keys(config: dict) -> list[dict]:
             keys.append({"part": "retrieval", "recipe": "none", "distance": within[1],
                          "prefix": 256 + within[-1] - within[1]})
     streams = [{"part": "streaming"}] if "streaming" in parts else []  # one run: every stream as one batch
-    extension = [{"part": "extension", "recipe": r, "document": d, "length": config["extension_tokens"]}
-                 for d in docs for r in config["recipes"] if "extension" in parts]
+    extension = []  # each document to its longest length before the next: readings paired by document grow
+    for d in docs if "extension" in parts else []:
+        extension += [{"part": "extension", "recipe": r, "document": d, "length": config["extension_tokens"]}
+                      for r in config["recipes"]]
+        extension += [{"part": "extension", "recipe": r, "document": d, "length": config["extension_tokens"],
+                       "control": "own truncated"} for r in config.get("own_truncated", [])]
+        if config.get("long_tokens") and d % 2 == 0:  # the code files: the prose stretches are shorter
+            extension += [{"part": "extension", "recipe": r, "document": d, "length": config["long_tokens"]}
+                          for r in config["long_recipes"]]
     if "far_context" in parts:  # the negative control: chunks of different documents, nothing far to use
         keys += [{"part": "far_context", "document": d, "control": "shuffled"} for d in range(min(2, config["documents"]))]
     keys += streams
     beyond = _passkey_beyond(config) if "retrieval" in parts else ([], [])
     keys += beyond[0]  # beyond L: the passkey, the one probe whose control passes the 0.95 bar
-    keys += extension + beyond[1]  # the perplexity to 16,384 before the passkey asked still further out
-    if "extension" in parts and config.get("long_tokens"):  # the code files: the prose stretches are shorter
-        keys += [{"part": "extension", "recipe": r, "document": d, "length": config["long_tokens"]}
-                 for d in docs if d % 2 == 0 for r in config["long_recipes"]]
-    return keys
+    return keys + extension + beyond[1]  # the perplexity to 16,384 before the passkey asked still further out
 
 
 # the zero-shot recipes in wide use first; PI's readings after the perplexity runs: zero-shot PI x2 fails its
@@ -466,8 +472,10 @@ def measure(model, tokenizer, config: dict, key: dict, checkpoint_dir: Path | No
                 result[f"last {c}, per-token difference, own chunk seen"] = float((truncated - full)[seen].mean())
         return result
     if part == "extension":
-        result["losses"] = _binned(_losses(model, ids, key["length"]), config["bin"])
-        if key["recipe"] == "none":  # the negative control: never more than the trained length at once
+        own = key.get("control") == "own truncated"  # the recipe's own reference: only its truncated reading
+        if not own:
+            result["losses"] = _binned(_losses(model, ids, key["length"]), config["bin"])
+        if key["recipe"] == "none" or own:  # never more than the trained length at once
             L, length = config["context_tokens"], key["length"]
             truncated = evaluate.truncated_token_losses(model, torch.tensor(ids[:length]), length - 1, L, n_windows=1,
                                                         stride=L // 2, batch_size=1)[0]
@@ -733,12 +741,35 @@ def _extension_losses(record: dict, length: int | None) -> tuple[dict, list[str]
     length = record["config"]["extension_tokens"] if length is None else length
     truncated = f"last {record['config']['context_tokens']}"
     per_doc: dict[str, dict[str, list[float]]] = {}
-    for run in _runs(record, "extension", length=length):
+    for run in _runs(record, "extension", length=length, control=None):
         for name, losses in ((run["recipe"], run["losses"]), (f"none, {truncated} at once", run.get(truncated))):
             if losses is not None:
                 per_doc.setdefault(name, {})[run["doc"]["name"]] = losses
     shared = sorted(set.intersection(*(set(docs) for docs in per_doc.values()))) if per_doc else []
     return per_doc, shared
+
+
+def own_truncated_by_document(record: dict, span: tuple[int, int] = LAST_BIN, length: int | None = None) -> dict:
+    """``{recipe: {document: 100 (full / own - 1)}}``: each recipe's full reading over positions ``span``
+    relative to its own truncated reading (the same recipe reading at most ``context_tokens`` tokens at once,
+    windows every half of it), in per cent; below zero where the recipe reads text further back than the
+    trained length to advantage. Only the documents both readings have read."""
+    length = record["config"]["extension_tokens"] if length is None else length
+    truncated, (a, b) = f"last {record['config']['context_tokens']}", span
+    full, bin_ = extension_by_document(record, span, length), record["config"]["bin"]
+    out: dict[str, dict[str, float]] = {}
+    for run in _runs(record, "extension", length=length, control="own truncated"):
+        own, name = math.exp(statistics.fmean(run[truncated][a // bin_:b // bin_])), run["doc"]["name"]
+        if name in full.get(run["recipe"], {}):
+            out.setdefault(run["recipe"], {})[name] = 100 * (full[run["recipe"]][name] / own - 1)
+    return out
+
+
+def own_truncated_pairs(record: dict, span: tuple[int, int] = LAST_BIN, length: int | None = None) -> dict:
+    """``paired_family`` of ``own_truncated_by_document`` (per cent, paired by document, Holm over the
+    recipes); a recipe read on fewer than two documents is left out."""
+    per_doc = own_truncated_by_document(record, span, length)
+    return paired_family({r: (v, dict.fromkeys(v, 0.0)) for r, v in per_doc.items() if len(v) >= 2})
 
 
 def extension_documents(record: dict, length: int | None = None) -> list[str]:
@@ -763,7 +794,6 @@ def extension_by_document(record: dict, span: tuple[int, int], length: int | Non
 
 
 EQUIVALENCE_PERCENT = 1.0  # "changes nothing": the 95% interval of the difference lies within +-1%
-LAST_BIN = (2 * TRAINED_LENGTH - 1024, 2 * TRAINED_LENGTH)  # where the 8,192-token truncated reading sees most
 
 
 def _verdict(holds: bool | None) -> str:
@@ -903,4 +933,4 @@ __all__ = ["RECIPES", "PRESETS", "documents", "pair_sizes", "induction_probe", "
            "measure", "perplexities", "wavelength", "frequency_rows", "sink_rows", "strongest_sink_heads",
            "far_context_rows", "far_context_curves", "retrieval_rows", "passkey_label", "effective_length", "stream_rows", "stream_pairs",
            "stream_curves", "stream_count", "stream_perplexities", "extension_rows", "extension_pairs",
-           "extension_documents", "extension_by_document", "extension_curves", "NOLIMA_SHARE", "STREAM_READINGS", "toy_claims", "EQUIVALENCE_PERCENT", "LAST_BIN"]
+           "extension_documents", "own_truncated_pairs", "own_truncated_by_document", "extension_by_document", "extension_curves", "NOLIMA_SHARE", "STREAM_READINGS", "toy_claims", "EQUIVALENCE_PERCENT", "LAST_BIN"]
