@@ -246,6 +246,9 @@ def test_own_truncated_pairs_set_each_recipe_against_itself_read_8192_at_a_time(
     assert list(pairs) == ["PI x2"]  # no own truncated reading of none: not a row
     assert rm.own_truncated_by_document(record)["PI x2"] == pytest.approx(dict(zip("abc", expected)))
     assert rm.own_truncated_pairs(record, span=(0, 1024))["PI x2"]["interval"][0] == pytest.approx(-100 * (1 - math.exp(-9)))
+    cost = rm.own_truncated_cost(record, span=(0, 1024))  # own truncated loss + 9 where unscaled reads loss
+    assert cost["PI x2"] == pytest.approx(dict.fromkeys("abc", 100 * (math.exp(9) - 1)))
+    assert rm.own_truncated_cost(record)["PI x2"] == pytest.approx(dict.fromkeys("abc", 0.0), abs=1e-9)
     plain = [run for run in runs if "control" not in run]  # the own readings change no other reader
     assert rm.extension_rows(record) == rm.extension_rows(_record(plain))
     assert rm.own_truncated_pairs(_record(runs[:3])) == {}  # one document is not a pair

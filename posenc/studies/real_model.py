@@ -657,14 +657,12 @@ STREAM_READINGS = ("rolling, sinks", "rolling, no sinks", "recomputed", "dense")
 
 def stream_perplexities(record: dict, span: tuple[int, int | None]) -> dict[str, dict[str, float]]:
     """``{reading: {stream: perplexity over positions span[0] .. span[1]}}`` (``None``: to the end)."""
-    bin_ = record["config"]["bin"]
-    first, last = span[0] // bin_, None if span[1] is None else span[1] // bin_
     out: dict[str, dict[str, float]] = {}
     for run in _runs(record, "streaming"):
         for reading in STREAM_READINGS:
             for stream, row in zip(run["streams"], run[reading]):
                 out.setdefault(reading, {})[f"{stream['doc']} @ {stream['start']}"] = \
-                    math.exp(statistics.fmean(row[first:last]))
+                    _span_perplexity(row, span, record["config"]["bin"])
     return out
 
 
@@ -754,14 +752,27 @@ def own_truncated_by_document(record: dict, span: tuple[int, int] = LAST_BIN, le
     relative to its own truncated reading (the same recipe reading at most ``context_tokens`` tokens at once,
     windows every half of it), in per cent; below zero where the recipe reads text further back than the
     trained length to advantage. Only the documents both readings have read."""
+    full, own = extension_by_document(record, span, length), _own_truncated(record, span, length)
+    return {recipe: {doc: 100 * (full[recipe][doc] / value - 1) for doc, value in docs.items()
+                     if doc in full.get(recipe, {})} for recipe, docs in own.items()}
+
+
+def own_truncated_cost(record: dict, span: tuple[int, int] = LAST_BIN, length: int | None = None) -> dict:
+    """``{recipe: {document: 100 (own truncated / unscaled truncated - 1)}}``: what each recipe costs over
+    positions ``span`` when both it and the unscaled model read at most ``context_tokens`` tokens at once (the
+    same windows), in per cent: the recipe's cost with the far text taken out of both readings."""
+    unscaled = extension_by_document(record, span, length)[f"none, last {record['config']['context_tokens']} at once"]
+    return {recipe: {doc: 100 * (value / unscaled[doc] - 1) for doc, value in docs.items() if doc in unscaled}
+            for recipe, docs in _own_truncated(record, span, length).items()}
+
+
+def _own_truncated(record: dict, span: tuple[int, int], length: int | None) -> dict:
+    """``{recipe: {document: perplexity over positions span}}`` of each recipe's own truncated reading."""
     length = record["config"]["extension_tokens"] if length is None else length
-    truncated, (a, b) = f"last {record['config']['context_tokens']}", span
-    full, bin_ = extension_by_document(record, span, length), record["config"]["bin"]
-    out: dict[str, dict[str, float]] = {}
+    truncated, out = f"last {record['config']['context_tokens']}", {}
     for run in _runs(record, "extension", length=length, control="own truncated"):
-        own, name = math.exp(statistics.fmean(run[truncated][a // bin_:b // bin_])), run["doc"]["name"]
-        if name in full.get(run["recipe"], {}):
-            out.setdefault(run["recipe"], {})[name] = 100 * (full[run["recipe"]][name] / own - 1)
+        out.setdefault(run["recipe"], {})[run["doc"]["name"]] = _span_perplexity(run[truncated], span,
+                                                                                 record["config"]["bin"])
     return out
 
 
@@ -788,9 +799,16 @@ def extension_curves(record: dict, length: int | None = None) -> dict:
 def extension_by_document(record: dict, span: tuple[int, int], length: int | None = None) -> dict:
     """``{reading: {document: perplexity over positions span}}`` of the full readings to ``length`` (default
     ``extension_tokens``), each recipe and the truncated reading under its own row name."""
-    bin_, (a, b) = record["config"]["bin"], span
-    return {name: {doc: math.exp(statistics.fmean(losses[a // bin_:b // bin_])) for doc, losses in docs.items()}
+    bin_ = record["config"]["bin"]
+    return {name: {doc: _span_perplexity(losses, span, bin_) for doc, losses in docs.items()}
             for name, docs in _extension_losses(record, length)[0].items()}
+
+
+def _span_perplexity(losses: list[float], span: tuple[int, int | None], bin_: int) -> float:
+    """Perplexity over positions ``span[0] .. span[1]`` (``None``: to the end) of a reading's mean loss per
+    ``bin_``-token bin: the exponential of the mean of the bins the span covers."""
+    last = None if span[1] is None else span[1] // bin_
+    return math.exp(statistics.fmean(losses[span[0] // bin_:last]))
 
 
 EQUIVALENCE_PERCENT = 1.0  # "changes nothing": the 95% interval of the difference lies within +-1%
@@ -933,4 +951,4 @@ __all__ = ["RECIPES", "PRESETS", "documents", "pair_sizes", "induction_probe", "
            "measure", "perplexities", "wavelength", "frequency_rows", "sink_rows", "strongest_sink_heads",
            "far_context_rows", "far_context_curves", "retrieval_rows", "passkey_label", "effective_length", "stream_rows", "stream_pairs",
            "stream_curves", "stream_count", "stream_perplexities", "extension_rows", "extension_pairs",
-           "extension_documents", "own_truncated_pairs", "own_truncated_by_document", "extension_by_document", "extension_curves", "NOLIMA_SHARE", "STREAM_READINGS", "toy_claims", "EQUIVALENCE_PERCENT", "LAST_BIN"]
+           "extension_documents", "own_truncated_pairs", "own_truncated_by_document", "own_truncated_cost", "extension_by_document", "extension_curves", "NOLIMA_SHARE", "STREAM_READINGS", "toy_claims", "EQUIVALENCE_PERCENT", "LAST_BIN"]
