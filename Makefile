@@ -67,8 +67,10 @@ colab-all: $(STAMP)
 # the same computations on this machine (checked: matmul, softmax, SDPA, cdist, sin); a tolerance set at one
 # machine's round-off, or a printed digit that is not stable, fails here as it would on another CPU. (It
 # also changes torch.randn's float32 draws, and PyTorch has no CPU FlexAttention kernel without vector
-# instructions: posenc.block_sparse takes its dense path here.)
-PORTABLE := ATEN_CPU_CAPABILITY=default MKL_CBWR=COMPATIBLE
+# instructions: posenc.block_sparse takes its dense path here.) Inductor gets its own cache: its FX-graph cache
+# key leaves out ATEN_CPU_CAPABILITY, so a kernel cached by `make test` (AVX2 source) would be recompiled here
+# without the vector flags and fail to build (torch 2.13; compile_apply_rope's test).
+PORTABLE := ATEN_CPU_CAPABILITY=default MKL_CBWR=COMPATIBLE TORCHINDUCTOR_CACHE_DIR=$(CURDIR)/_build/inductor-portable
 test-portable: $(STAMP)
 	@mkdir -p _build
 	@start=$$(date +%s); status=0; $(PORTABLE) $(MAKE) --no-print-directory --keep-going unit notebooks || status=$$?; \
