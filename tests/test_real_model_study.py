@@ -426,6 +426,34 @@ def test_no_recipe_beats_the_truncated_reading_needs_evidence_not_its_absence(re
     assert row["verdict"] == verdict and "3 documents" in row["on SmolLM2-135M"]
 
 
+@pytest.mark.parametrize("long_minus_truncated, verdict", [
+    ((0.05, 0.06, 0.04), "holds"),  # 4L as 2L: worse on every document
+    ((-0.30, -0.32, -0.31), "does not hold"),  # resolved better at 4L, though not at 2L
+    ((0.02, -0.03, 0.0), "not resolved"),  # 4L's interval reaches 1% better
+    ((-0.30,), "holds")])  # one document at 4L: not read yet, so 2L decides
+def test_no_recipe_beats_the_truncated_reading_is_read_at_each_length(long_minus_truncated, verdict):
+    runs = []
+    for doc, loss in zip("abc", (1.0, 2.0, 1.5)):  # at 2L: PI x2 worse than truncated on every document
+        late = [loss] * 15 + [loss + 0.2]
+        runs.append({"part": "extension", "recipe": "none", "length": 16384, "doc": {"name": doc},
+                     "losses": [loss] * 16, "last 8192": late})
+        runs.append({"part": "extension", "recipe": "PI x2", "length": 16384, "doc": {"name": doc},
+                     "losses": [v + 0.05 for v in late]})
+    for doc, loss, delta in zip("abc", (1.0, 2.0, 1.5), long_minus_truncated):
+        late = [loss] * 31 + [loss + 0.2]  # the truncated reading to 32,768; its last bin is the one read
+        runs.append({"part": "extension", "recipe": "none", "length": 32768, "doc": {"name": doc},
+                     "losses": [loss] * 32, "last 8192": late})
+        runs.append({"part": "extension", "recipe": "YaRN x4", "length": 32768, "doc": {"name": doc},
+                     "losses": [v + delta for v in late]})
+    record = _record(_toy_runs() + runs, sink_tokens_read=512, long_tokens=32768,
+                     long_recipes=["none", "YaRN x4"])
+    row = rm.toy_claims(record)["no recipe beats the truncated reading on text beyond L"]
+    assert row["verdict"] == verdict
+    evidence = row["on SmolLM2-135M"]
+    assert "of 16,384, 3 documents" in evidence
+    assert ("of 32,768, 3 documents" in evidence) == (len(long_minus_truncated) == 3)
+
+
 def _streamed(per_stream: dict) -> dict:
     """A streaming run whose readings have one constant loss per stream (``{reading: [loss, ...]}``)."""
     starts = range(len(next(iter(per_stream.values()))))

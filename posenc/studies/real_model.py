@@ -830,8 +830,9 @@ def toy_claims(record: dict) -> dict:
     run yet" (the record lacks the runs). The rules: a sink is a layer whose lower bound over documents exceeds
     20 times even attention; "changes nothing" needs the 95% interval within +-1% (``EQUIVALENCE_PERCENT``);
     "uses far context" a Holm-kept positive difference; the recipes are compared with the truncated reading on
-    the last 1,024 positions of 16,384 (``LAST_BIN``), where it sees 7,170 to 8,192 tokens: "no recipe beats it"
-    holds when none is resolved better and none's interval reaches 1% better."""
+    the last 1,024 positions of 16,384 (``LAST_BIN``), where it sees 7,170 to 8,192 tokens, and of ``long_tokens``
+    under ``long_recipes`` once two documents have been read that far: "no recipe beats it" holds when at each
+    length none is resolved better and none's interval reaches 1% better."""
     claims = {}
 
     def add(claim, where, evidence, holds, unresolved=False):
@@ -888,22 +889,18 @@ def toy_claims(record: dict) -> dict:
                       "a rolling cache with sinks matches recomputation",
                       "reading densely far beyond the trained length is far worse"):
             add(claim, "chapter 17", "fewer than two streams recorded", None)
-    truncated = f"none, last {record['config']['context_tokens']} at once"
     length = record["config"]["extension_tokens"]
-    documents = len(extension_documents(record, length))
-    if documents >= 2:  # "no recipe beats it": none resolved better, and none can be over 1% better
-        recipes = [r for r in record["config"]["recipes"] if r != "none"]
-        tests = extension_pairs(record, LAST_BIN, truncated, readings=recipes)
-        better = [r for r, t in tests.items() if t["holm"] and t["interval"][2] < 0]
-        closest = min(tests, key=lambda r: tests[r]["interval"][0])
-        open_ = [r for r, t in tests.items() if t["interval"][1] < -EQUIVALENCE_PERCENT]
+    readings = _against_truncated(record)
+    if readings:  # "no recipe beats it": none resolved better, and none can be over 1% better, at each length
+        better = [r for reading in readings for r in reading["better"]]
+        open_ = [r for reading in readings for r in reading["open"]]
         add("no recipe beats the truncated reading on text beyond L", "chapter 7",
-            f"zero-shot, last 1,024 of 16,384 positions, {documents} documents: resolved better: "
-            f"{', '.join(better) or 'none'}; closest {closest} {_percent(tests[closest]['interval'])}",
+            "zero-shot, last 1,024 positions: " + "; ".join(reading["evidence"] for reading in readings),
             not better, unresolved=not better and bool(open_))
     else:
         add("no recipe beats the truncated reading on text beyond L", "chapter 7",
-            f"{documents} document(s) read by every recipe and the truncated reading", None)
+            f"{len(extension_documents(record, length))} document(s) read by every recipe and the truncated reading",
+            None)
     inside = extension_by_document(record, (0, TRAINED_LENGTH), length)
     if "PI x4" in inside and len(set(inside["PI x4"]) & set(inside.get("none", {}))) >= 2:
         ratio = statistics.fmean(inside["PI x4"][d] / inside["none"][d] for d in inside["PI x4"] if d in inside["none"])
@@ -914,6 +911,30 @@ def toy_claims(record: dict) -> dict:
     add("unscaled, a RoPE model cannot copy from beyond L; the recipes can", "chapter 7",
         *_beyond_claim(record))
     return claims
+
+
+def _against_truncated(record: dict) -> list[dict]:
+    """Each recipe against the truncated reading on the last 1,024 positions, at ``extension_tokens`` (every
+    recipe) and at ``long_tokens`` (``long_recipes``), for each length read on two documents or more:
+    ``[{"evidence", "better": recipes resolved better, "open": recipes whose interval reaches 1% better}]``."""
+    config = record["config"]
+    truncated = f"none, last {config['context_tokens']} at once"
+    readings = []
+    for length, recipes in ((config["extension_tokens"], config["recipes"]),
+                            (config.get("long_tokens"), config.get("long_recipes", []))):
+        documents = len(extension_documents(record, length)) if length else 0
+        if documents < 2:
+            continue
+        tests = extension_pairs(record, (length - 1024, length), truncated, length,
+                                readings=[r for r in recipes if r != "none"])
+        closest = min(tests, key=lambda r: tests[r]["interval"][0])
+        better = [r for r, t in tests.items() if t["holm"] and t["interval"][2] < 0]
+        readings.append({"better": better,
+                         "open": [r for r, t in tests.items() if t["interval"][1] < -EQUIVALENCE_PERCENT],
+                         "evidence": f"of {length:,}, {documents} documents, resolved better: "
+                                     f"{', '.join(better) or 'none'}, closest {closest} "
+                                     f"{_percent(tests[closest]['interval'])}"})
+    return readings
 
 
 def _beyond_claim(record: dict) -> tuple[str, bool | None]:
