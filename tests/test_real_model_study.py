@@ -166,6 +166,26 @@ def test_the_retrieval_control_within_the_trained_length_comes_before_the_expens
     assert order[-8][0] == "none" and {prefix for _, prefix in order[-8:]} == {16000 - 1024}
 
 
+def test_each_recipes_effective_length_is_probed_once_its_early_passkey_is_in():
+    """After a recipe's passkey 1,024 back early in the window: the longer distances within L when it
+    retrieves there (does it move the effective length?), the shorter ones when it does not; dynamic NTK never
+    (within L it is the unscaled model); these before the passkey asked at 16,000."""
+    config = dict(rm.PRESETS["full"])
+    passkey = {"part": "retrieval", "distance": 1024, "probe": "passkey"}
+    assert not rm._passkey_within(config, [])
+    runs = [dict(passkey, recipe="YaRN x2", accuracy=[1.0] * 8), dict(passkey, recipe="PI x2", accuracy=[0.6] * 8),
+            dict(passkey, recipe="dynamic NTK x2", accuracy=[1.0] * 8),
+            dict(passkey, recipe="YaRN x4", accuracy=[1.0] * 7 + [0.8])]  # 7 of 8 keys whole: below 0.95
+    keys = rm._passkey_within(config, runs)
+    assert [(k["recipe"], k["distance"]) for k in keys] == [
+        ("YaRN x4", 256), ("PI x2", 256), ("YaRN x2", 2048), ("YaRN x2", 4096), ("YaRN x2", 6144),
+        ("YaRN x2", 7808)]
+    assert all(k == dict(passkey, recipe=k["recipe"], distance=k["distance"]) for k in keys)
+    order = rm._keys(config, runs)
+    far = min(i for i, k in enumerate(order) if k.get("prefix") == 16000 - 1024)
+    assert all(order.index(k) < far for k in keys)
+
+
 def test_the_negative_probe_has_no_earlier_copy_of_the_segment():
     ids = list(range(100, 1100))
     tokens, copy = rm.induction_probe(ids, 300, 20, seed=3, vocab=49152, prefix=50, repeat=False)

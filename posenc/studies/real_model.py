@@ -284,7 +284,7 @@ def probe_accuracy(model, tokens: torch.Tensor, copy: int) -> float:
 
 # ---- the study protocol (posenc.experiments) ----------------------------------------------------------
 
-def _keys(config: dict) -> list[dict]:
+def _keys(config: dict, runs: list[dict] = ()) -> list[dict]:
     parts = config["parts"]
     keys = []
     if "frequencies" in parts:
@@ -320,9 +320,12 @@ def _keys(config: dict) -> list[dict]:
     if "far_context" in parts:  # the negative control: chunks of different documents, nothing far to use
         keys += [{"part": "far_context", "document": d, "control": "shuffled"} for d in range(min(2, config["documents"]))]
     keys += streams
-    beyond = _passkey_beyond(config) if "retrieval" in parts else ([], [])
+    beyond = _passkey_beyond(config) if "retrieval" in parts else ([], [], [])
     keys += beyond[0]  # beyond L: the passkey, the one probe whose control passes the 0.95 bar
-    return keys + extension + beyond[1]  # the perplexity to 16,384 before the passkey asked still further out
+    # the perplexity to 16,384, then the other recipes beyond L, each recipe's effective length within L, and
+    # the passkey asked still further out
+    effective = _passkey_within(config, runs) if "retrieval" in parts else []
+    return keys + extension + beyond[1] + effective + beyond[2]
 
 
 # the zero-shot recipes in wide use first; PI's readings after the perplexity runs: zero-shot PI x2 fails its
@@ -330,11 +333,11 @@ def _keys(config: dict) -> list[dict]:
 FIRST_RECIPES = ("YaRN x2", "dynamic NTK x2", "Llama 3 x2", "NTK-aware x2", "YaRN x4")
 
 
-def _passkey_beyond(config: dict) -> tuple[list[dict], list[dict]]:
+def _passkey_beyond(config: dict) -> tuple[list[dict], list[dict], list[dict]]:
     """The passkey ``passkey_distance`` back under every recipe, asked at the positions ``passkey_far``
-    beyond L, in two lists: unscaled at the first (where it should fail), then each recipe of
-    ``FIRST_RECIPES`` early in the window (its own control) and at the first; then the other recipes so,
-    and every recipe at the other positions."""
+    beyond L, in three lists: unscaled at the first (where it should fail), then each recipe of
+    ``FIRST_RECIPES`` early in the window (its own control) and at the first; the other recipes so; and
+    every recipe at the other positions."""
     distance, far = config["passkey_distance"], config["passkey_far"]
 
     def passkey(recipe, position=None):  # the needle after position - distance tokens of the document
@@ -346,13 +349,32 @@ def _passkey_beyond(config: dict) -> tuple[list[dict], list[dict]]:
     read = {r: [passkey(r), *(passkey(r, p) for p in far[:1])] for r in recipes}
     keys = [passkey("none", p) for p in far[:1]] + [key for r in recipes if r in first for key in read[r]]
     later = [key for r in recipes if r not in first for key in read[r]]
-    return keys, later + [passkey(r, p) for p in far[1:] for r in ("none", *recipes)]
+    return keys, later, [passkey(r, p) for p in far[1:] for r in ("none", *recipes)]
+
+
+def _passkey_within(config: dict, runs: list[dict]) -> list[dict]:
+    """Does a recipe move the model's effective length? The passkey under each recipe at the unscaled
+    model's other distances within L (``distances``), the needle early in the window: beyond
+    ``passkey_distance`` for a recipe that retrieves there (its early score at least 0.95), the shorter
+    ones for a recipe that does not (how far it shrinks the length), none before that score is in.
+    Dynamic NTK is left out: below its original length it is the unscaled model (tests/test_rope.py)."""
+    within = [d for d in config.get("distances", []) if d + 320 <= TRAINED_LENGTH]
+    scored = [run for run in runs if "accuracy" in run]
+    distance, record = config["passkey_distance"], {"config": config, "runs": scored}
+    keys, first = [], {r: i for i, r in enumerate(FIRST_RECIPES)}
+    for recipe in sorted(config["recipes"], key=lambda r: first.get(r, len(first))):
+        early = retrieval_rows(record, recipe=recipe, probe="passkey").get(distance)
+        if recipe == "none" or recipe.startswith("dynamic") or early is None:
+            continue
+        further = [d for d in within if (d > distance if early[0] >= 0.95 else d < distance)]
+        keys += [{"part": "retrieval", "recipe": recipe, "distance": d, "probe": "passkey"} for d in further]
+    return sorted(keys, key=lambda key: key["distance"] > distance)  # the short (cheap) ones first
 
 
 def next_run(config: dict, runs: list[dict]) -> dict | None:
     done = [{k: run[k] for k in ("part", "document", "recipe", "distance", "length", "control", "probe", "prefix")
              if k in run} for run in runs]
-    return next((key for key in _keys(config) if key not in done), None)
+    return next((key for key in _keys(config, runs) if key not in done), None)
 
 
 _LOADED: dict = {}
