@@ -167,6 +167,16 @@ def clopper_pearson(successes: int, trials: int, level: float = 0.95) -> tuple[f
     return low, high
 
 
+def sign_test(wins: int, losses: int) -> float:
+    """Two-sided exact sign test (McNemar's exact test on paired yes/no outcomes): the p-value of
+    ``wins`` against ``losses`` among the discordant pairs if each were a fair coin, ``2 P(X <= min)``
+    for X ~ Binomial(wins + losses, 1/2), at most 1; 1 when there are none (ties carry no evidence)."""
+    wins, losses = check_int("wins", wins, minimum=0), check_int("losses", losses, minimum=0)
+    if wins + losses == 0:
+        return 1.0
+    return min(1.0, 2 * _binomial_cdf(min(wins, losses), wins + losses, 0.5))
+
+
 def paired_family(pairs: dict, level: float = 0.05) -> dict:
     """A family of paired comparisons with Holm's correction over the whole family.
 

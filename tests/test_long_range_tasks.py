@@ -261,6 +261,16 @@ def test_clopper_pearson_against_closed_forms_and_a_table():
         clopper_pearson(6, 5)
 
 
+def test_sign_test_against_binomial_tails_by_hand():
+    from posenc.stats import sign_test
+    assert sign_test(7, 0) == pytest.approx(2 / 2 ** 7, rel=1e-12)  # seven discordant pairs, all one way
+    assert sign_test(1, 3) == sign_test(3, 1) == pytest.approx(10 / 16, rel=1e-12)  # 2 P(X <= 1) = (1 + 4) / 16
+    assert sign_test(4, 4) == 1.0 and sign_test(0, 0) == 1.0  # capped at 1; no discordant pair
+    assert sign_test(8, 0) < 0.05 < sign_test(5, 0)  # 2/256 resolved, 2/32 not
+    with pytest.raises(ValueError, match="losses"):
+        sign_test(3, -1)
+
+
 def test_unanimous_note_gives_the_exact_bound_for_pooled_seeds():
     from posenc.studies import length_generalisation as lg
     note = lg.unanimous_note({"config": {"eval_samples": 512, "seeds": [0, 1, 2, 3, 4]}})

@@ -186,6 +186,28 @@ def test_each_recipes_effective_length_is_probed_once_its_early_passkey_is_in():
     assert all(order.index(k) < far for k in keys)
 
 
+def test_passkey_reach_reads_each_recipes_length_against_the_unscaled_one_paired_by_document():
+    def run(recipe, distance, right, **extra):  # the first ``right`` of 8 documents retrieve the key whole
+        return {"part": "retrieval", "recipe": recipe, "distance": distance, "probe": "passkey",
+                "accuracy": [1.0] * right + [0.4] * (8 - right), **extra}
+    unscaled = {256: 8, 1024: 8, 2048: 6, 4096: 7, 6144: 5, 7808: 0}
+    runs = [run("none", d, k) for d, k in unscaled.items()] + [run("none", 256, 0, control="negative")]
+    runs += [run("YaRN x2", d, k) for d, k in {1024: 8, 2048: 8, 4096: 8, 6144: 8, 7808: 8}.items()]
+    runs += [run("PI x2", d, k) for d, k in {256: 2, 1024: 0}.items()]
+    runs += [run("NTK-aware x2", 1024, 8), run("NTK-aware x2", 1024, 8, prefix=11264)]  # one distance only
+    record = {"config": {"recipes": ["none", "YaRN x2", "PI x2", "NTK-aware x2"]}, "runs": runs}
+    reach = rm.passkey_reach(record)
+    assert set(reach) == {"none", "YaRN x2", "PI x2"}
+    assert reach["none"]["effective"] == 1024  # 6 of 8 at 2,048 is below 85% of 8 of 8
+    assert reach["YaRN x2"]["effective"] == 7808 and reach["PI x2"]["effective"] is None  # 2 of 8: no control
+    # paired by document: 8 keys the unscaled model misses at 7,808, none the reverse: p = 2 / 2^8
+    assert reach["YaRN x2"]["paired"][7808] == (8, 0, pytest.approx(2 / 256))
+    assert reach["YaRN x2"]["paired"][2048][:2] == (2, 0)
+    # Holm over the 4 distances beyond 1,024 (and PI x2's none): only 7,808 (p 0.0078 <= 0.05 / 4) resolves
+    assert reach["YaRN x2"]["longer"] == [7808] and reach["PI x2"]["longer"] == []
+    assert reach["PI x2"]["paired"][1024] == (0, 8, pytest.approx(2 / 256))
+
+
 def test_the_negative_probe_has_no_earlier_copy_of_the_segment():
     ids = list(range(100, 1100))
     tokens, copy = rm.induction_probe(ids, 300, 20, seed=3, vocab=49152, prefix=50, repeat=False)

@@ -60,7 +60,7 @@ from pathlib import Path
 import torch
 
 from .. import evaluate
-from ..stats import clopper_pearson, paired_family, t_interval
+from ..stats import clopper_pearson, holm, paired_family, sign_test, t_interval
 
 MODEL = "smollm2-135m"
 TRAINED_LENGTH = 8192  # SmolLM2-135M's context length (the file's llama.context_length)
@@ -674,6 +674,43 @@ def effective_length(rows: dict, share: float = NOLIMA_SHARE) -> int | None:
     return passed
 
 
+def passkey_reach(record: dict, level: float = 0.05) -> dict:
+    """Does a recipe move the model's effective length? The passkey asked with the needle early in the window,
+    at each distance within L, unscaled and under each recipe asked at two distances or more:
+    ``{recipe: {"rows": keys right by distance (``retrieval_rows``), "effective": ``effective_length`` of
+    them, None when the shortest distance misses the book's 0.95 bar (no length to read), "paired":
+    {distance: (documents whose key it retrieves and the unscaled model misses, the reverse, exact sign
+    test p)}, "longer": the distances beyond the unscaled effective length where it retrieves more keys,
+    resolved after Holm's correction over every recipe and such distance}}``. Runs pair by document."""
+    def outcomes(recipe):  # {distance: [key retrieved whole?] by document}, needle early in the window
+        return {run["distance"]: [a > 1 - 1e-6 for a in run["accuracy"]]
+                for run in _runs(record, "retrieval", recipe=recipe, probe="passkey")
+                if "prefix" not in run and "control" not in run}
+    unscaled = outcomes("none")
+    reach = {}
+    for recipe in ("none", *(r for r in record["config"]["recipes"] if r != "none")):
+        keys = outcomes(recipe)
+        if len(keys) < 2:
+            continue
+        rows = {d: row for d, row in retrieval_rows(record, recipe=recipe, probe="passkey").items()
+                if d in keys}
+        shortest = rows[min(rows)][0]
+        reach[recipe] = {"rows": rows, "effective": effective_length(rows) if shortest >= 0.95 else None,
+                         "paired": {}, "longer": []}
+        for d in (d for d in keys if d in unscaled and recipe != "none"):
+            wins = sum(a and not b for a, b in zip(keys[d], unscaled[d]))
+            losses = sum(b and not a for a, b in zip(keys[d], unscaled[d]))
+            reach[recipe]["paired"][d] = (wins, losses, sign_test(wins, losses))
+    edge = reach["none"]["effective"] if "none" in reach else None
+    family = {(r, d): p for r, row in reach.items() for d, (_, _, p) in row["paired"].items()
+              if edge is not None and d > edge}
+    for (recipe, distance), kept in holm(family, level).items() if family else ():
+        wins, losses, _ = reach[recipe]["paired"][distance]
+        if kept and wins > losses:
+            reach[recipe]["longer"].append(distance)
+    return reach
+
+
 STREAM_READINGS = ("rolling, sinks", "rolling, no sinks", "recomputed", "dense")
 
 
@@ -992,6 +1029,6 @@ def _beyond_claim(record: dict) -> tuple[str, bool | None]:
 
 __all__ = ["RECIPES", "PRESETS", "documents", "pair_sizes", "induction_probe", "passkey_probe", "probe_accuracy", "next_run", "run",
            "measure", "perplexities", "wavelength", "frequency_rows", "sink_rows", "strongest_sink_heads",
-           "far_context_rows", "far_context_curves", "retrieval_rows", "passkey_label", "effective_length", "stream_rows", "stream_pairs",
+           "far_context_rows", "far_context_curves", "retrieval_rows", "passkey_label", "effective_length", "passkey_reach", "stream_rows", "stream_pairs",
            "stream_curves", "stream_count", "stream_perplexities", "extension_rows", "extension_pairs",
            "extension_documents", "own_truncated_pairs", "own_truncated_by_document", "own_truncated_cost", "extension_by_document", "extension_curves", "NOLIMA_SHARE", "STREAM_READINGS", "toy_claims", "EQUIVALENCE_PERCENT", "LAST_BIN"]
