@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import statistics
 
 import pytest
 import torch
@@ -203,9 +204,12 @@ def test_passkey_reach_reads_each_recipes_length_against_the_unscaled_one_paired
     # paired by document: 8 keys the unscaled model misses at 7,808, none the reverse: p = 2 / 2^8
     assert reach["YaRN x2"]["paired"][7808] == (8, 0, pytest.approx(2 / 256))
     assert reach["YaRN x2"]["paired"][2048][:2] == (2, 0)
-    # Holm over the 4 distances beyond 1,024 (and PI x2's none): only 7,808 (p 0.0078 <= 0.05 / 4) resolves
-    assert reach["YaRN x2"]["longer"] == [7808] and reach["PI x2"]["longer"] == []
     assert reach["PI x2"]["paired"][1024] == (0, 8, pytest.approx(2 / 256))
+    # beyond the unscaled 1,024, keys per document at 2,048-7,808: YaRN 4 each, unscaled 3,3,3,3,3,2,1,0
+    differences = [1, 1, 1, 1, 1, 2, 3, 4]
+    half = 2.364624 * statistics.stdev(differences) / 8 ** 0.5  # t quantile, 7 degrees of freedom
+    assert reach["YaRN x2"]["beyond"]["interval"] == pytest.approx((1.75, 1.75 - half, 1.75 + half), rel=1e-5)
+    assert reach["YaRN x2"]["beyond"]["holm"] and reach["PI x2"]["beyond"] is None  # PI: not asked there
 
 
 def test_the_negative_probe_has_no_earlier_copy_of_the_segment():

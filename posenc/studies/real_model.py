@@ -60,7 +60,7 @@ from pathlib import Path
 import torch
 
 from .. import evaluate
-from ..stats import clopper_pearson, holm, paired_family, sign_test, t_interval
+from ..stats import clopper_pearson, paired_family, sign_test, t_interval
 
 MODEL = "smollm2-135m"
 TRAINED_LENGTH = 8192  # SmolLM2-135M's context length (the file's llama.context_length)
@@ -674,20 +674,20 @@ def effective_length(rows: dict, share: float = NOLIMA_SHARE) -> int | None:
     return passed
 
 
-def passkey_reach(record: dict, level: float = 0.05) -> dict:
+def passkey_reach(record: dict) -> dict:
     """Does a recipe move the model's effective length? The passkey asked with the needle early in the window,
     at each distance within L, unscaled and under each recipe asked at two distances or more:
     ``{recipe: {"rows": keys right by distance (``retrieval_rows``), "effective": ``effective_length`` of
     them, None when the shortest distance misses the book's 0.95 bar (no length to read), "paired":
     {distance: (documents whose key it retrieves and the unscaled model misses, the reverse, exact sign
-    test p)}, "longer": the distances beyond the unscaled effective length where it retrieves more keys,
-    resolved after Holm's correction over every recipe and such distance}}``. Runs pair by document."""
+    test p before any correction)}, "beyond": None, or once the recipe has every distance beyond the
+    unscaled effective length, ``paired_family``'s row (interval, p, holm) of the keys it retrieves there
+    minus the unscaled model's, per document, Holm over the recipes}}``. Runs pair by document."""
     def outcomes(recipe):  # {distance: [key retrieved whole?] by document}, needle early in the window
         return {run["distance"]: [a > 1 - 1e-6 for a in run["accuracy"]]
                 for run in _runs(record, "retrieval", recipe=recipe, probe="passkey")
                 if "prefix" not in run and "control" not in run}
-    unscaled = outcomes("none")
-    reach = {}
+    unscaled, reach, counts = outcomes("none"), {}, {}
     for recipe in ("none", *(r for r in record["config"]["recipes"] if r != "none")):
         keys = outcomes(recipe)
         if len(keys) < 2:
@@ -696,18 +696,21 @@ def passkey_reach(record: dict, level: float = 0.05) -> dict:
                 if d in keys}
         shortest = rows[min(rows)][0]
         reach[recipe] = {"rows": rows, "effective": effective_length(rows) if shortest >= 0.95 else None,
-                         "paired": {}, "longer": []}
+                         "paired": {}, "beyond": None}
         for d in (d for d in keys if d in unscaled and recipe != "none"):
             wins = sum(a and not b for a, b in zip(keys[d], unscaled[d]))
             losses = sum(b and not a for a, b in zip(keys[d], unscaled[d]))
             reach[recipe]["paired"][d] = (wins, losses, sign_test(wins, losses))
+        counts[recipe] = keys
     edge = reach["none"]["effective"] if "none" in reach else None
-    family = {(r, d): p for r, row in reach.items() for d, (_, _, p) in row["paired"].items()
-              if edge is not None and d > edge}
-    for (recipe, distance), kept in holm(family, level).items() if family else ():
-        wins, losses, _ = reach[recipe]["paired"][distance]
-        if kept and wins > losses:
-            reach[recipe]["longer"].append(distance)
+    beyond = [d for d in unscaled if edge is not None and d > edge]
+
+    def per_document(keys):  # {document: keys retrieved at the distances beyond the unscaled length}
+        return {doc: sum(keys[d][doc] for d in beyond) for doc in range(len(unscaled[beyond[0]]))}
+    family = {r: (per_document(keys), per_document(unscaled)) for r, keys in counts.items()
+              if r != "none" and beyond and all(d in keys for d in beyond)}
+    for recipe, row in (paired_family(family) if family else {}).items():
+        reach[recipe]["beyond"] = row
     return reach
 
 
