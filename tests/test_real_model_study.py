@@ -141,6 +141,8 @@ def test_the_retrieval_control_within_the_trained_length_comes_before_the_expens
               and "control" not in k and "probe" not in k and "prefix" not in k]
     # the position control: distance 1,024 with its repeat where the longest distance's is
     assert {"part": "retrieval", "recipe": "none", "distance": 1024, "prefix": 256 + 7808 - 1024} in keys
+    assert {"part": "retrieval", "recipe": "none", "distance": 1024, "prefix": 256 + 7808 - 1024,
+            "probe": "passkey"} in keys  # and the passkey's
     assert within == [256, 1024, 2048, 4096, 6144, 7808]
     text = [k["distance"] for k in retrieval if k.get("probe") == "text" and "control" not in k]
     assert text == within  # the same distances with natural text, and its own negative control

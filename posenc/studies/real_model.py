@@ -307,6 +307,8 @@ def _keys(config: dict, runs: list[dict] = ()) -> list[dict]:
         if len(within) > 1:  # distance or position? a short distance with the repeat as late as the longest's
             keys.append({"part": "retrieval", "recipe": "none", "distance": within[1],
                          "prefix": 256 + within[-1] - within[1]})
+            keys.append({"part": "retrieval", "recipe": "none", "distance": within[1], "probe": "passkey",
+                         "prefix": 256 + within[-1] - within[1]})  # the same for the passkey
     streams = [{"part": "streaming"}] if "streaming" in parts else []  # one run: every stream as one batch
     extension = []  # each document to its longest length before the next: readings paired by document grow
     for d in docs if "extension" in parts else []:
