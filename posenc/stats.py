@@ -177,6 +177,20 @@ def sign_test(wins: int, losses: int) -> float:
     return min(1.0, 2 * _binomial_cdf(min(wins, losses), wins + losses, 0.5))
 
 
+def sign_flip_p(differences) -> float:
+    """Two-sided exact sign-flip (permutation) test that paired differences are centred on 0: the share of
+    the 2^n ways to flip their signs whose sum is at least as far from 0 as the observed one. Exact for
+    small n (every flip is enumerated; n at most 20), and not liberal on counts or 0/1 outcomes as the
+    t-test can be."""
+    values = [float(v) for v in differences]
+    if not 1 <= len(values) <= 20:
+        raise ValueError(f"differences must hold 1 to 20 values, got {len(values)}")
+    observed = abs(sum(values)) - 1e-9 * (1 + sum(abs(v) for v in values))  # ties count as extreme
+    extreme = sum(abs(sum(v if mask >> i & 1 else -v for i, v in enumerate(values))) >= observed
+                  for mask in range(2 ** len(values)))
+    return extreme / 2 ** len(values)
+
+
 def paired_family(pairs: dict, level: float = 0.05) -> dict:
     """A family of paired comparisons with Holm's correction over the whole family.
 

@@ -271,6 +271,17 @@ def test_sign_test_against_binomial_tails_by_hand():
         sign_test(3, -1)
 
 
+def test_sign_flip_p_enumerates_the_flips_by_hand():
+    from posenc.stats import sign_flip_p
+    assert sign_flip_p([1] * 8) == 2 / 256  # only all + and all - reach |sum| 8
+    assert sign_flip_p([0, 2, 3, 1, 2, 1, 1, 1]) == 4 / 256  # the 0 flips freely: 2 x 2
+    # 3, 1, -1: |sum| >= 3 for (3,1,-1), (3,-1,1), (3,1,1) and their mirrors: 6 of 8
+    assert sign_flip_p([3, 1, -1]) == 6 / 8
+    assert sign_flip_p([1, -1]) == 1.0 and sign_flip_p([0.1, 0.2]) == 2 / 4
+    with pytest.raises(ValueError, match="differences"):
+        sign_flip_p([])
+
+
 def test_unanimous_note_gives_the_exact_bound_for_pooled_seeds():
     from posenc.studies import length_generalisation as lg
     note = lg.unanimous_note({"config": {"eval_samples": 512, "seeds": [0, 1, 2, 3, 4]}})

@@ -211,6 +211,7 @@ def test_passkey_reach_reads_each_recipes_length_against_the_unscaled_one_paired
     differences = [1, 1, 1, 1, 1, 2, 3, 4]
     half = 2.364624 * statistics.stdev(differences) / 8 ** 0.5  # t quantile, 7 degrees of freedom
     assert reach["YaRN x2"]["beyond"]["interval"] == pytest.approx((1.75, 1.75 - half, 1.75 + half), rel=1e-5)
+    assert reach["YaRN x2"]["beyond"]["p"] == 2 / 256  # exact: only all + and all - reach the sum 14
     assert reach["YaRN x2"]["beyond"]["holm"] and reach["PI x2"]["beyond"] is None  # PI: not asked there
 
 

@@ -60,7 +60,8 @@ from pathlib import Path
 import torch
 
 from .. import evaluate
-from ..stats import clopper_pearson, paired_family, sign_test, t_interval
+from ..stats import (clopper_pearson, holm, paired_family, paired_interval, paired_p_value, sign_flip_p,
+                     sign_test, t_interval)
 
 MODEL = "smollm2-135m"
 TRAINED_LENGTH = 8192  # SmolLM2-135M's context length (the file's llama.context_length)
@@ -683,8 +684,10 @@ def passkey_reach(record: dict) -> dict:
     them, None when the shortest distance misses the book's 0.95 bar (no length to read), "paired":
     {distance: (documents whose key it retrieves and the unscaled model misses, the reverse, exact sign
     test p before any correction)}, "beyond": None, or once the recipe has every distance beyond the
-    unscaled effective length, ``paired_family``'s row (interval, p, holm) of the keys it retrieves there
-    minus the unscaled model's, per document, Holm over the recipes}}``. Runs pair by document."""
+    unscaled effective length, the keys it retrieves there minus the unscaled model's, per document:
+    {"interval": t-interval of the mean, "t p": the paired t-test's p, "p": the exact sign-flip test's
+    (``sign_flip_p``; the t-test is liberal on counts this small), "holm": kept by Holm's correction over
+    the recipes on the exact p}}}``. Runs pair by document."""
     def outcomes(recipe):  # {distance: [key retrieved whole?] by document}, needle early in the window
         return {run["distance"]: [a > 1 - 1e-6 for a in run["accuracy"]]
                 for run in _runs(record, "retrieval", recipe=recipe, probe="passkey")
@@ -711,8 +714,13 @@ def passkey_reach(record: dict) -> dict:
         return {doc: sum(keys[d][doc] for d in beyond) for doc in range(len(unscaled[beyond[0]]))}
     family = {r: (per_document(keys), per_document(unscaled)) for r, keys in counts.items()
               if r != "none" and beyond and all(d in keys for d in beyond)}
-    for recipe, row in (paired_family(family) if family else {}).items():
-        reach[recipe]["beyond"] = row
+    for recipe, (ours, theirs) in family.items():
+        differences = [ours[doc] - theirs[doc] for doc in ours]
+        reach[recipe]["beyond"] = {"interval": paired_interval(ours, theirs),
+                                   "t p": paired_p_value(ours, theirs), "p": sign_flip_p(differences)}
+    kept = holm({r: reach[r]["beyond"]["p"] for r in family})
+    for recipe in family:
+        reach[recipe]["beyond"]["holm"] = kept[recipe]
     return reach
 
 
