@@ -189,6 +189,18 @@ def test_each_recipes_effective_length_is_probed_once_its_early_passkey_is_in():
     assert all(order.index(k) < far for k in keys)
 
 
+def test_the_passkey_is_asked_at_16000_only_under_recipes_that_keep_their_early_keys():
+    """A recipe that loses its keys 1,024 back early in the window (PI) has nothing to lose further out; the
+    others, and a recipe whose early run is not in yet, stay planned at 16,000."""
+    config = dict(rm.PRESETS["full"])
+    passkey = {"part": "retrieval", "distance": 1024, "probe": "passkey"}
+    runs = [dict(passkey, recipe="PI x2", accuracy=[0.0] * 8), dict(passkey, recipe="YaRN x2", accuracy=[1.0] * 8),
+            dict(passkey, recipe="PI x4", accuracy=[1.0] * 7 + [0.4])]  # 7 of 8 whole: below 0.95
+    at_16k = {k["recipe"] for k in rm._keys(config, runs) if k.get("prefix") == 16000 - 1024}
+    assert at_16k == set(config["recipes"]) - {"PI x2", "PI x4"}
+    assert len({k["recipe"] for k in rm._keys(config) if k.get("prefix") == 16000 - 1024}) == 8
+
+
 def test_passkey_reach_reads_each_recipes_length_against_the_unscaled_one_paired_by_document():
     def run(recipe, distance, right, **extra):  # the first ``right`` of 8 documents retrieve the key whole
         return {"part": "retrieval", "recipe": recipe, "distance": distance, "probe": "passkey",

@@ -293,7 +293,7 @@ def _keys(config: dict, runs: list[dict] = ()) -> list[dict]:
     docs = range(config["documents"])
     keys += [{"part": "sinks", "document": d} for d in docs if "sinks" in parts]
     keys += [{"part": "far_context", "document": d} for d in docs if "far_context" in parts]
-    within = [d for d in config.get("distances", []) if d + 320 <= TRAINED_LENGTH]  # the control's own range
+    within = _within(config)
     if "retrieval" in parts:
         keys += [{"part": "retrieval", "recipe": "none", "distance": d} for d in within]
         keys += [{"part": "retrieval", "recipe": "none", "distance": within[0], "control": "negative"}] if within else []
@@ -328,7 +328,24 @@ def _keys(config: dict, runs: list[dict] = ()) -> list[dict]:
     # the perplexity to 16,384, then the other recipes beyond L, each recipe's effective length within L, and
     # the passkey asked still further out
     effective = _passkey_within(config, runs) if "retrieval" in parts else []
-    return keys + extension + beyond[1] + effective + beyond[2]
+    early = _early_passkeys(config, runs) if "retrieval" in parts else {}
+    # still further out only the recipes with something to lose: PI's keys are gone 1,024 back early on
+    further = [k for k in beyond[2] if k["recipe"] == "none" or early.get(k["recipe"], 1.0) >= 0.95]
+    return keys + extension + beyond[1] + effective + further
+
+
+def _within(config: dict) -> list[int]:
+    """The probe distances that fit inside L with the probe's prefix and copy (the control's own range)."""
+    return [d for d in config.get("distances", []) if d + 320 <= TRAINED_LENGTH]
+
+
+def _early_passkeys(config: dict, runs: list[dict]) -> dict[str, float]:
+    """``{recipe: share of keys retrieved}`` for the passkey ``passkey_distance`` back early in the window (each
+    recipe's own control), for the recipes whose run is in."""
+    record = {"config": config, "runs": [run for run in runs if "accuracy" in run]}
+    rows = {r: retrieval_rows(record, recipe=r, probe="passkey").get(config["passkey_distance"])
+            for r in config["recipes"]}
+    return {r: row[0] for r, row in rows.items() if row is not None}
 
 
 # the zero-shot recipes in wide use first; PI's readings after the perplexity runs: zero-shot PI x2 fails its
@@ -361,15 +378,12 @@ def _passkey_within(config: dict, runs: list[dict]) -> list[dict]:
     ``passkey_distance`` for a recipe that retrieves there (its early score at least 0.95), the shorter
     ones for a recipe that does not (how far it shrinks the length), none before that score is in.
     Dynamic NTK is left out: below its original length it is the unscaled model (tests/test_rope.py)."""
-    within = [d for d in config.get("distances", []) if d + 320 <= TRAINED_LENGTH]
-    scored = [run for run in runs if "accuracy" in run]
-    distance, record = config["passkey_distance"], {"config": config, "runs": scored}
+    within, distance, early = _within(config), config["passkey_distance"], _early_passkeys(config, runs)
     keys, first = [], {r: i for i, r in enumerate(FIRST_RECIPES)}
-    for recipe in sorted(config["recipes"], key=lambda r: first.get(r, len(first))):
-        early = retrieval_rows(record, recipe=recipe, probe="passkey").get(distance)
-        if recipe == "none" or recipe.startswith("dynamic") or early is None:
+    for recipe in sorted(early, key=lambda r: first.get(r, len(first))):
+        if recipe == "none" or recipe.startswith("dynamic"):
             continue
-        further = [d for d in within if (d > distance if early[0] >= 0.95 else d < distance)]
+        further = [d for d in within if (d > distance if early[recipe] >= 0.95 else d < distance)]
         keys += [{"part": "retrieval", "recipe": recipe, "distance": d, "probe": "passkey"} for d in further]
     return sorted(keys, key=lambda key: key["distance"] > distance)  # the short (cheap) ones first
 
@@ -650,11 +664,16 @@ def retrieval_rows(record: dict, recipe: str = "none", probe: str = "random", le
                 f"{run['distance']}, repeat at {run['prefix'] + run['distance']}") if "prefix" in run else None
         name = "no earlier copy" if run.get("control") == "negative" else late or run["distance"]
         if probe == "passkey" and not digits:
-            right, probes = sum(a > 1 - 1e-6 for a in run["accuracy"]), len(run["accuracy"])
+            right, probes = sum(_whole(run["accuracy"])), len(run["accuracy"])
             rows[name] = (right / probes, *clopper_pearson(right, probes, level))
         else:
             rows[name] = t_interval(run["accuracy"], level)
     return rows
+
+
+def _whole(accuracies: list[float]) -> list[bool]:
+    """Which passkeys came back whole: all five digits right (what greedy decoding would answer)."""
+    return [a > 1 - 1e-6 for a in accuracies]
 
 
 def passkey_label(distance: int, position: int) -> str:
@@ -689,7 +708,7 @@ def passkey_reach(record: dict) -> dict:
     (``sign_flip_p``; the t-test is liberal on counts this small), "holm": kept by Holm's correction over
     the recipes on the exact p}}}``. Runs pair by document."""
     def outcomes(recipe):  # {distance: [key retrieved whole?] by document}, needle early in the window
-        return {run["distance"]: [a > 1 - 1e-6 for a in run["accuracy"]]
+        return {run["distance"]: _whole(run["accuracy"])
                 for run in _runs(record, "retrieval", recipe=recipe, probe="passkey")
                 if "prefix" not in run and "control" not in run}
     unscaled, reach, counts = outcomes("none"), {}, {}
