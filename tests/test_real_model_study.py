@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from posenc import TransformerLM, evaluate
+from posenc.rope.scaling import rope_frequencies
 from posenc.studies import real_model as rm
 
 
@@ -165,8 +166,9 @@ def test_the_retrieval_control_within_the_trained_length_comes_before_the_expens
     assert all(last_16k < keys.index(k) for k in beyond if k["prefix"] == 16000 - 1024 or k["recipe"].startswith("PI"))
     order = [(k["recipe"], k.get("prefix")) for k in keys[keys.index(beyond[0]):] if k["part"] == "retrieval"]
     assert order[:3] == [("none", 11264), ("YaRN x2", None), ("YaRN x2", 11264)]  # unscaled first, then each
-    assert len(order) == 1 + 7 * 2 + 8  # each recipe with its own control early, then all at 16,000
-    assert order[-8][0] == "none" and {prefix for _, prefix in order[-8:]} == {16000 - 1024}
+    # each recipe with its own control early, then all at 16,000, then the two temperature arms' controls
+    assert len(order) == 1 + 7 * 2 + 8 + 2
+    assert order[-10][0] == "none" and {prefix for _, prefix in order[-10:-2]} == {16000 - 1024}
 
 
 def test_each_recipes_effective_length_is_probed_once_its_early_passkey_is_in():
@@ -225,6 +227,49 @@ def test_passkey_reach_reads_each_recipes_length_against_the_unscaled_one_paired
     assert reach["YaRN x2"]["beyond"]["interval"] == pytest.approx((1.75, 1.75 - half, 1.75 + half), rel=1e-5)
     assert reach["YaRN x2"]["beyond"]["p"] == 2 / 256  # exact: only all + and all - reach the sum 14
     assert reach["YaRN x2"]["beyond"]["holm"] and reach["PI x2"]["beyond"] is None  # PI: not asked there
+
+
+def test_the_temperature_arms_change_only_the_attention_temperature_of_their_parent():
+    """YaRN x2 without its temperature (cos and sin scaled by 1), Llama 3 x2 with YaRN's (0.1 ln 2 + 1 =
+    1.0693147...): each arm's frequencies are its parent's."""
+    for arm, expected in (("YaRN x2, t = 1", 1.0), ("Llama 3 x2, YaRN's t", 1.0693147180559945)):
+        parent = rm.ARM_PARENTS[arm]
+        ours, scale = rope_frequencies(64, base=100_000.0, scaling=rm.TEMPERATURE_ARMS[arm])
+        theirs, parent_scale = rope_frequencies(64, base=100_000.0, scaling=rm.RECIPES[parent])
+        assert torch.equal(ours, theirs) and scale == pytest.approx(expected, rel=1e-12)
+        assert parent_scale == pytest.approx({"YaRN x2": 1.0693147180559945, "Llama 3 x2": 1.0}[parent])
+
+
+def test_the_arms_are_asked_the_passkey_early_then_their_reach_after_every_other_run():
+    config = dict(rm.PRESETS["full"])
+    keys = rm._keys(config)
+    arms = [k for k in keys if k.get("recipe") in rm.TEMPERATURE_ARMS]
+    assert keys[-2:] == arms == [{"part": "retrieval", "recipe": arm, "distance": 1024, "probe": "passkey"}
+                                 for arm in rm.TEMPERATURE_ARMS]
+    assert not any(k["part"] == "extension" and k["recipe"] in rm.TEMPERATURE_ARMS for k in keys)
+    runs = [{**arms[0], "accuracy": [1.0] * 8}]
+    reach = [k["distance"] for k in rm._keys(config, runs) if k.get("recipe") == "YaRN x2, t = 1"]
+    assert reach == [2048, 4096, 6144, 7808, 1024]
+
+
+def test_an_arm_is_read_against_its_parent_document_by_document():
+    def run(recipe, distance, right):  # the first ``right`` of 8 documents retrieve the key whole
+        return {"part": "retrieval", "recipe": recipe, "distance": distance, "probe": "passkey",
+                "accuracy": [1.0] * right + [0.4] * (8 - right)}
+    runs = [run("none", d, k) for d, k in {256: 8, 1024: 8, 2048: 6, 4096: 7}.items()]
+    runs += [run(r, d, k) for r in ("YaRN x2", "Llama 3 x2") for d, k in {1024: 8, 2048: 8, 4096: 8}.items()]
+    runs += [run("YaRN x2, t = 1", d, k) for d, k in {1024: 8, 2048: 8, 4096: 2}.items()]
+    record = {"config": {"recipes": ["none", "YaRN x2", "Llama 3 x2"]}, "runs": runs}
+    contrasts = rm.arm_contrasts(record)
+    assert set(contrasts) == {"YaRN x2, t = 1"}  # the Llama 3 arm is not in yet
+    # beyond the unscaled 1,024: keys per document at 2,048 and 4,096, arm 2,2,1,1,1,1,1,1 vs parent 2 each
+    differences = [0, 0, -1, -1, -1, -1, -1, -1]
+    half = 2.364624 * statistics.stdev(differences) / 8 ** 0.5
+    row = contrasts["YaRN x2, t = 1"]
+    assert row["parent"] == "YaRN x2"
+    assert row["interval"] == pytest.approx((-0.75, -0.75 - half, -0.75 + half), rel=1e-5)
+    assert row["p"] == pytest.approx(2 / 64)  # 6 nonzero differences, all of one sign: 2 of 2^6 flips
+    assert row["holm"]  # one arm read: its own family
 
 
 def test_the_negative_probe_has_no_earlier_copy_of_the_segment():

@@ -80,6 +80,16 @@ RECIPES = {
                    "original_max_position_embeddings": TRAINED_LENGTH},
 }
 
+# Why do YaRN x2 and NTK-aware scaling lengthen the passkey's reach within 8,192 tokens and Llama 3's rule
+# (which compresses the slow pairs as YaRN x2 does) not resolvably? Two arms separate YaRN's attention
+# temperature (0.1 ln s + 1 on cos and sin) from its treatment of the middle pairs: YaRN without it, and
+# Llama 3's bands with it. Each is asked only the passkey within L, read against its parent recipe.
+TEMPERATURE_ARMS = {
+    "YaRN x2, t = 1": {**RECIPES["YaRN x2"], "attention_factor": 1.0},
+    "Llama 3 x2, YaRN's t": {**RECIPES["Llama 3 x2"], "attention_factor": 0.1 * math.log(2.0) + 1},
+}
+ARM_PARENTS = {"YaRN x2, t = 1": "YaRN x2", "Llama 3 x2, YaRN's t": "Llama 3 x2"}
+
 # The standard library's code files of 32,768 tokens or more (three), and pandas' DataFrame (pinned 3.1.1)
 CODE_FILES = ("_pydecimal.py", "tkinter/__init__.py", "turtle.py", "pandas/core/frame.py")
 PARTS = ("frequencies", "sinks", "far_context", "streaming", "extension", "retrieval")
@@ -98,7 +108,7 @@ PRESETS = {
                  recipes=list(RECIPES), long_recipes=["none", "PI x4", "YaRN x4", "dynamic NTK x2"],
                  own_truncated=["YaRN x2"],
                  distances=[256, 1024, 2048, 4096, 6144, 7808], passkey_distance=1024, passkey_far=[12288, 16000],
-                 parts=list(PARTS)),
+                 temperature_arms=list(TEMPERATURE_ARMS), parts=list(PARTS)),
 }
 
 
@@ -331,7 +341,9 @@ def _keys(config: dict, runs: list[dict] = ()) -> list[dict]:
     early = _early_passkeys(config, runs) if "retrieval" in parts else {}
     # still further out only the recipes with something to lose: PI's keys are gone 1,024 back early on
     further = [k for k in beyond[2] if k["recipe"] == "none" or early.get(k["recipe"], 1.0) >= 0.95]
-    return keys + extension + beyond[1] + effective + further
+    arms = [{"part": "retrieval", "recipe": arm, "distance": config["passkey_distance"], "probe": "passkey"}
+            for arm in config.get("temperature_arms", []) if "retrieval" in parts]  # then their reach (effective)
+    return keys + extension + beyond[1] + effective + further + arms
 
 
 def _within(config: dict) -> list[int]:
@@ -344,7 +356,7 @@ def _early_passkeys(config: dict, runs: list[dict]) -> dict[str, float]:
     recipe's own control), for the recipes whose run is in."""
     record = {"config": config, "runs": [run for run in runs if "accuracy" in run]}
     rows = {r: retrieval_rows(record, recipe=r, probe="passkey").get(config["passkey_distance"])
-            for r in config["recipes"]}
+            for r in (*config["recipes"], *config.get("temperature_arms", []))}
     return {r: row[0] for r, row in rows.items() if row is not None}
 
 
@@ -402,7 +414,7 @@ def _model(recipe: str):
     if recipe not in _LOADED:
         from ..pretrained import load_pretrained
         _LOADED.clear()  # one model in memory at a time
-        _LOADED[recipe] = load_pretrained(MODEL, rope_scaling=RECIPES[recipe])
+        _LOADED[recipe] = load_pretrained(MODEL, rope_scaling={**RECIPES, **TEMPERATURE_ARMS}[recipe])
     return _LOADED[recipe]
 
 
@@ -696,9 +708,10 @@ def effective_length(rows: dict, share: float = NOLIMA_SHARE) -> int | None:
     return passed
 
 
-def passkey_reach(record: dict) -> dict:
+def passkey_reach(record: dict, recipes: list[str] | None = None) -> dict:
     """Does a recipe move the model's effective length? The passkey asked with the needle early in the window,
-    at each distance within L, unscaled and under each recipe asked at two distances or more:
+    at each distance within L, unscaled and under each of ``recipes`` (the study's, by default; Holm's family)
+    asked at two distances or more:
     ``{recipe: {"rows": keys right by distance (``retrieval_rows``), "effective": ``effective_length`` of
     them, None when the shortest distance misses the book's 0.95 bar (no length to read), "paired":
     {distance: (documents whose key it retrieves and the unscaled model misses, the reverse, exact sign
@@ -706,13 +719,13 @@ def passkey_reach(record: dict) -> dict:
     unscaled effective length, the keys it retrieves there minus the unscaled model's, per document:
     {"interval": t-interval of the mean, "t p": the paired t-test's p, "p": the exact sign-flip test's
     (``sign_flip_p``; the t-test is liberal on counts this small), "holm": kept by Holm's correction over
-    the recipes on the exact p}}}``. Runs pair by document."""
+    the recipes on the exact p, "documents": the recipe's keys there by document}}}``. Runs pair by document."""
     def outcomes(recipe):  # {distance: [key retrieved whole?] by document}, needle early in the window
         return {run["distance"]: _whole(run["accuracy"])
                 for run in _runs(record, "retrieval", recipe=recipe, probe="passkey")
                 if "prefix" not in run and "control" not in run}
     unscaled, reach, counts = outcomes("none"), {}, {}
-    for recipe in ("none", *(r for r in record["config"]["recipes"] if r != "none")):
+    for recipe in ("none", *(r for r in recipes or record["config"]["recipes"] if r != "none")):
         keys = outcomes(recipe)
         if len(keys) < 2:
             continue
@@ -735,12 +748,28 @@ def passkey_reach(record: dict) -> dict:
               if r != "none" and beyond and all(d in keys for d in beyond)}
     for recipe, (ours, theirs) in family.items():
         differences = [ours[doc] - theirs[doc] for doc in ours]
-        reach[recipe]["beyond"] = {"interval": paired_interval(ours, theirs),
-                                   "t p": paired_p_value(ours, theirs), "p": sign_flip_p(differences)}
+        reach[recipe]["beyond"] = {"interval": paired_interval(ours, theirs), "t p": paired_p_value(ours, theirs),
+                                   "p": sign_flip_p(differences), "documents": ours}
     kept = holm({r: reach[r]["beyond"]["p"] for r in family})
     for recipe in family:
         reach[recipe]["beyond"]["holm"] = kept[recipe]
     return reach
+
+
+def arm_contrasts(record: dict) -> dict:
+    """Each temperature arm against its parent recipe (``ARM_PARENTS``), paired by document: the keys the arm
+    retrieves at the distances beyond the unscaled effective length minus the parent's there, ``{arm:
+    {"parent", "interval": t-interval of the mean, "p": exact sign-flip p, "holm": kept by Holm over the
+    arms}}``, for the arms read there (``passkey_reach``'s "beyond")."""
+    reach = passkey_reach(record, recipes=[*ARM_PARENTS, *ARM_PARENTS.values()])
+    read = {arm: (reach[arm]["beyond"]["documents"], reach[parent]["beyond"]["documents"], parent)
+            for arm, parent in ARM_PARENTS.items()
+            if (reach.get(arm) or {}).get("beyond") and (reach.get(parent) or {}).get("beyond")}
+    out = {arm: {"parent": parent, "interval": paired_interval(ours, theirs),
+                 "p": sign_flip_p([ours[doc] - theirs[doc] for doc in ours])}
+           for arm, (ours, theirs, parent) in read.items()}
+    kept = holm({arm: row["p"] for arm, row in out.items()})
+    return {arm: {**row, "holm": kept[arm]} for arm, row in out.items()}
 
 
 STREAM_READINGS = ("rolling, sinks", "rolling, no sinks", "recomputed", "dense")
@@ -1059,7 +1088,7 @@ def _beyond_claim(record: dict) -> tuple[str, bool | None]:
     return evidence, False if len(scores) == len(config["recipes"]) - 1 else None
 
 
-__all__ = ["RECIPES", "PRESETS", "documents", "pair_sizes", "induction_probe", "passkey_probe", "probe_accuracy", "next_run", "run",
+__all__ = ["RECIPES", "TEMPERATURE_ARMS", "ARM_PARENTS", "arm_contrasts", "PRESETS", "documents", "pair_sizes", "induction_probe", "passkey_probe", "probe_accuracy", "next_run", "run",
            "measure", "perplexities", "wavelength", "frequency_rows", "sink_rows", "strongest_sink_heads",
            "far_context_rows", "far_context_curves", "retrieval_rows", "passkey_label", "effective_length", "passkey_reach", "stream_rows", "stream_pairs",
            "stream_curves", "stream_count", "stream_perplexities", "extension_rows", "extension_pairs",
