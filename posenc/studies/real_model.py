@@ -388,14 +388,16 @@ def _passkey_within(config: dict, runs: list[dict]) -> list[dict]:
     """Does a recipe move the model's effective length? The passkey under each recipe at the unscaled
     model's other distances within L (``distances``), the needle early in the window: beyond
     ``passkey_distance`` for a recipe that retrieves there (its early score at least 0.95), the shorter
-    ones for a recipe that does not (how far it shrinks the length), none before that score is in.
+    ones for a recipe that does not (how far it shrinks the length), none before that score is in; a
+    temperature arm at every other distance (it is read against its parent there).
     Dynamic NTK is left out: below its original length it is the unscaled model (tests/test_rope.py)."""
     within, distance, early = _within(config), config["passkey_distance"], _early_passkeys(config, runs)
+    arms = config.get("temperature_arms", [])  # read against their parents at every distance, whatever early
     keys, first = [], {r: i for i, r in enumerate(FIRST_RECIPES)}
     for recipe in sorted(early, key=lambda r: first.get(r, len(first))):
         if recipe == "none" or recipe.startswith("dynamic"):
             continue
-        further = [d for d in within if (d > distance if early[recipe] >= 0.95 else d < distance)]
+        further = [d for d in within if d != distance and (recipe in arms or (d > distance) == (early[recipe] >= 0.95))]
         keys += [{"part": "retrieval", "recipe": recipe, "distance": d, "probe": "passkey"} for d in further]
     return sorted(keys, key=lambda key: key["distance"] > distance)  # the short (cheap) ones first
 
