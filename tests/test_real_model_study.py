@@ -273,6 +273,35 @@ def test_an_arm_is_read_against_its_parent_document_by_document():
     assert row["holm"]  # one arm read: its own family
 
 
+def test_the_four_runs_read_as_a_two_by_two_of_frequencies_and_temperature():
+    def run(recipe, distance, right):  # the first ``right`` of 8 documents retrieve the key whole
+        return {"part": "retrieval", "recipe": recipe, "distance": distance, "probe": "passkey",
+                "accuracy": [1.0] * right + [0.4] * (8 - right)}
+    runs = [run("none", d, k) for d, k in {256: 8, 1024: 8, 2048: 6, 4096: 7}.items()]
+    beyond = {"YaRN x2": (8, 8), "YaRN x2, t = 1": (8, 6), "Llama 3 x2": (6, 4), "Llama 3 x2, YaRN's t": (8, 4)}
+    for recipe, (at_2048, at_4096) in beyond.items():
+        runs += [run(recipe, 1024, 8), run(recipe, 2048, at_2048), run(recipe, 4096, at_4096)]
+    record = {"config": {"recipes": ["none", "YaRN x2", "Llama 3 x2"]}, "runs": runs}
+    assert rm.arm_grid({**record, "runs": runs[:-3]}) == {}  # one of the four missing
+    grid = rm.arm_grid(record)
+    # keys per document (2,048 and 4,096): YaRN 2 each; YaRN t = 1 2 (documents 0-5), 1; Llama 3 2 (0-3),
+    # 1 (4, 5), 0; Llama 3 + t 2 (0-3), 1
+    yarn, yarn_t1 = [2] * 8, [2] * 6 + [1] * 2
+    llama, llama_t = [2] * 4 + [1] * 2 + [0] * 2, [2] * 4 + [1] * 4
+    expected = {"YaRN x2 - Llama 3 x2": [a - b for a, b in zip(yarn, llama)],
+                "frequencies, t = 1": [a - b for a, b in zip(yarn_t1, llama)],
+                "frequencies, YaRN's t": [a - b for a, b in zip(yarn, llama_t)],
+                "frequencies": [(a - b + c - d) / 2 for a, b, c, d in zip(yarn_t1, llama, yarn, llama_t)],
+                "temperature": [(a - b + c - d) / 2 for a, b, c, d in zip(yarn, yarn_t1, llama_t, llama)]}
+    assert set(grid) == set(expected)
+    for name, d in expected.items():
+        half = 2.364624 * statistics.stdev(d) / 8 ** 0.5
+        assert grid[name]["interval"] == pytest.approx((statistics.fmean(d), statistics.fmean(d) - half,
+                                                        statistics.fmean(d) + half), rel=1e-5, abs=1e-9)
+    assert grid["YaRN x2 - Llama 3 x2"]["p"] == pytest.approx(2 / 16)  # 4 nonzero, all positive
+    assert grid["temperature"]["p"] == pytest.approx(2 / 4)  # documents 6 and 7 gain 1 each, the rest 0
+
+
 def test_the_negative_probe_has_no_earlier_copy_of_the_segment():
     ids = list(range(100, 1100))
     tokens, copy = rm.induction_probe(ids, 300, 20, seed=3, vocab=49152, prefix=50, repeat=False)

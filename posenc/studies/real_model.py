@@ -774,6 +774,33 @@ def arm_contrasts(record: dict) -> dict:
     return {arm: {**row, "holm": kept[arm]} for arm, row in out.items()}
 
 
+def arm_grid(record: dict) -> dict:
+    """YaRN x2 and Llama 3 x2 share their fast and slow pairs and differ only in the middle ones, so with the
+    two temperature arms the four runs form a 2x2 (YaRN's or Llama 3's frequencies, with or without YaRN's
+    temperature). Per document, the keys retrieved at the distances beyond the unscaled effective length
+    (``passkey_reach``'s "beyond"): ``{contrast: {"interval": t-interval of the mean difference, "p": exact
+    sign-flip p}}`` for "YaRN x2 - Llama 3 x2", the frequencies at each temperature ("frequencies, t = 1":
+    YaRN t = 1 - Llama 3; "frequencies, YaRN's t": YaRN - Llama 3 with YaRN's t), and the two main effects
+    (the per-document mean of the two differences each: "frequencies", "temperature"). Readings chosen
+    after the runs, no correction; ``{}`` until the four are read."""
+    arms = list(ARM_PARENTS)
+    reach = passkey_reach(record, recipes=[*arms, *ARM_PARENTS.values()])
+    if not all((reach.get(r) or {}).get("beyond") for r in (*arms, *ARM_PARENTS.values())):
+        return {}
+    yarn_t1, llama_t = arms
+    yarn, llama = ARM_PARENTS[yarn_t1], ARM_PARENTS[llama_t]
+    docs = {r: reach[r]["beyond"]["documents"] for r in (yarn, yarn_t1, llama, llama_t)}
+
+    def minus(a, b):
+        return [docs[a][d] - docs[b][d] for d in sorted(docs[a])]
+    differences = {f"{yarn} - {llama}": minus(yarn, llama), "frequencies, t = 1": minus(yarn_t1, llama),
+                   "frequencies, YaRN's t": minus(yarn, llama_t)}
+    differences["frequencies"] = [(a + b) / 2 for a, b in zip(differences["frequencies, t = 1"],
+                                                               differences["frequencies, YaRN's t"])]
+    differences["temperature"] = [(a + b) / 2 for a, b in zip(minus(yarn, yarn_t1), minus(llama_t, llama))]
+    return {name: {"interval": t_interval(d), "p": sign_flip_p(d)} for name, d in differences.items()}
+
+
 STREAM_READINGS = ("rolling, sinks", "rolling, no sinks", "recomputed", "dense")
 
 
@@ -1090,7 +1117,7 @@ def _beyond_claim(record: dict) -> tuple[str, bool | None]:
     return evidence, False if len(scores) == len(config["recipes"]) - 1 else None
 
 
-__all__ = ["RECIPES", "TEMPERATURE_ARMS", "ARM_PARENTS", "arm_contrasts", "PRESETS", "documents", "pair_sizes", "induction_probe", "passkey_probe", "probe_accuracy", "next_run", "run",
+__all__ = ["RECIPES", "TEMPERATURE_ARMS", "ARM_PARENTS", "arm_contrasts", "arm_grid", "PRESETS", "documents", "pair_sizes", "induction_probe", "passkey_probe", "probe_accuracy", "next_run", "run",
            "measure", "perplexities", "wavelength", "frequency_rows", "sink_rows", "strongest_sink_heads",
            "far_context_rows", "far_context_curves", "retrieval_rows", "passkey_label", "effective_length", "passkey_reach", "stream_rows", "stream_pairs",
            "stream_curves", "stream_count", "stream_perplexities", "extension_rows", "extension_pairs",
