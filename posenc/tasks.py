@@ -175,8 +175,10 @@ def score_answers(predicted: torch.Tensor, answers: torch.Tensor) -> dict:
 def evaluate_task(model: nn.Module, task: str, n: int, *, alphabet: int, distinct: bool = False,
                   samples: int = 256, batch_size: int = 128, max_position: int | None = None,
                   generator: torch.Generator | None = None,
-                  position_generator: torch.Generator | None = None) -> dict:
+                  position_generator: torch.Generator | None = None, teacher_forced: bool = False) -> dict:
     """Free-running greedy scores (``score_answers``) of ``model`` on ``samples`` sequences of length n.
+    With ``teacher_forced``, also ``"teacher_forced"``: the same scores when every answer token is
+    predicted from the true answer before it (``teacher_forced_answers``), on the same sequences.
 
     ``max_position``: evaluate at randomized positions from ``0 .. max_position-1`` (a model trained with
     ``RandomizedPositions``; pass the inner model), drawn from ``position_generator`` (default
@@ -186,7 +188,7 @@ def evaluate_task(model: nn.Module, task: str, n: int, *, alphabet: int, distinc
     samples, batch_size = check_int("samples", samples), check_int("batch_size", batch_size)
     device = next(model.parameters()).device
     position_generator = generator if position_generator is None else position_generator
-    predicted, answers = [], []
+    predicted, forced, answers = [], [], []
     for start in range(0, samples, batch_size):
         rows = min(batch_size, samples - start)
         tokens, _ = task_batch(task, rows, n, alphabet=alphabet, distinct=distinct, generator=generator)
@@ -195,8 +197,13 @@ def evaluate_task(model: nn.Module, task: str, n: int, *, alphabet: int, distinc
             positions = random_positions(rows, 2 * n + 1, max_position,
                                          generator=position_generator).to(device)
         predicted.append(greedy_answers(model, tokens[:, :n + 1].to(device), n, positions=positions).cpu())
+        if teacher_forced:
+            forced.append(teacher_forced_answers(model, tokens.to(device), positions=positions).cpu())
         answers.append(tokens[:, n + 1:])
-    return score_answers(torch.cat(predicted), torch.cat(answers))
+    scores = score_answers(torch.cat(predicted), torch.cat(answers))
+    if teacher_forced:
+        scores["teacher_forced"] = score_answers(torch.cat(forced), torch.cat(answers))
+    return scores
 
 
 # ---- long-range tasks for byte-level language models -----------------------------------------------------

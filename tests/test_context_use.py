@@ -503,3 +503,20 @@ def test_the_search_variants_keep_their_initialisation_and_blocks():
         assert all(spec.position == position and spec.conv == 4 and spec.mixer == "attention" for spec in plan)
     assert {k: v for k, v in cu.PRESETS["conv-controls"].items() if k != "methods"} == \
         {k: v for k, v in cu.PRESETS["mixers"].items() if k != "methods"}  # the same preset as none + conv
+
+
+@pytest.mark.parametrize("preset, base, changed", [
+    ("t5-lower-rate", "full", {"methods", "lr_grid"}),
+    ("hybrid-search", "hybrid", {"methods", "lr_grid"}),
+    ("tables-longer", "full", {"methods", "lr_grid", "steps", "warmup", "curriculum_steps"}),
+    ("decay-longer", "mixers", {"methods", "steps", "warmup", "curriculum_steps"})])
+def test_issue_40_search_presets_change_only_what_they_name(preset, base, changed):
+    """Each search step is its base preset with the named changes and nothing else, so that its runs read
+    beside the base's; a longer schedule keeps the base's proportions (warm-up and curriculum scale with
+    the steps), and every searched method or plan is one the base ran and failed with."""
+    config, reference = cu.PRESETS[preset], cu.PRESETS[base]
+    assert {key for key in config.keys() | reference.keys() if config.get(key) != reference.get(key)} == changed
+    for key in ("warmup", "curriculum_steps"):
+        assert config[key] / config["steps"] == reference[key] / reference["steps"]
+    assert set(config["methods"]) <= set(reference["methods"]) | {"decay + conv + gate"}
+    assert all(lr < 1e-3 for lr in cu.lr_grid(config, config["methods"][0])) or "steps" in changed

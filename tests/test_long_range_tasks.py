@@ -344,3 +344,25 @@ def test_out_of_distribution_by_seed_keeps_each_seed_apart():
     record = {"config": {"train_max": 8}, "runs": runs}
     by_seed = lg.out_of_distribution_by_seed(record, "rope", "t", "token_accuracy")
     assert by_seed == pytest.approx({0: 0.7, 1: 0.6})
+
+
+def test_teacher_forced_run_records_both_scorings_and_leaves_free_running_unchanged():
+    """Review P3-m9: the "teacher-forced" preset's runs keep the free-running scores a plain run gives
+    (the same model and sequences) and add teacher-forced accuracy by index, which exact match bounds:
+    a row is wholly right under one scoring exactly when it is under the other."""
+    from posenc.studies import length_generalisation as lg
+    config = dict(lg.PRESETS["tiny"], tasks=[lg.task_variant("reverse", 2, False, 8)])
+    key = {"method": "none", "seed": 0}
+    plain, forced = lg.run(config, key, None), lg.run(dict(config, teacher_forced=True), key, None)
+    assert "teacher_forced" not in plain
+    for n in config["test_lengths"]:
+        assert forced["by_position"]["reverse, binary"][str(n)] == plain["by_position"]["reverse, binary"][str(n)]
+        row = forced["teacher_forced"]["reverse, binary"][str(n)]
+        assert len(row) == n and all(0.0 <= value <= 1.0 for value in row)
+    record = {"runs": [dict(forced, method="none"),
+                       {"method": "none", "teacher_forced": {"t": {"4": [1.0, 0.5]}}, "by_position": {}}]}
+    record["runs"][0]["teacher_forced"] = {"t": {"4": [0.0, 0.25]}}
+    assert lg.by_position(record, "none", "t", 4, scoring="teacher_forced") == [0.5, 0.375]
+    assert lg.PRESETS["teacher-forced"]["tasks"] == [lg.PRESETS["full"]["tasks"][1]]
+    assert {k: v for k, v in lg.PRESETS["teacher-forced"].items() if k not in ("methods", "tasks", "teacher_forced")} \
+        == {k: v for k, v in lg.PRESETS["full"].items() if k not in ("methods", "tasks")}

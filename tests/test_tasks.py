@@ -138,6 +138,25 @@ def test_free_running_versus_teacher_forcing():
     assert forced["by_position"] == pytest.approx([1.0, 1 - flawed] + [1.0] * (n - 2))
 
 
+def test_evaluate_task_scores_both_ways_on_the_same_sequences():
+    """``teacher_forced=True`` adds the teacher-forced scores of the very sequences it decodes: the scripted
+    copier's one planted mistake (index 1, rows starting with 1) spreads free-running, not forced."""
+    alphabet, n, samples = 3, 6, 90
+    model = ScriptedCopier(alphabet)
+    scores = tasks.evaluate_task(model, "copy", n, alphabet=alphabet, samples=samples, batch_size=40,
+                                 generator=torch.Generator().manual_seed(5), teacher_forced=True)
+    generator = torch.Generator().manual_seed(5)
+    rows = [tasks.task_batch("copy", r, n, alphabet=alphabet, generator=generator)[0] for r in (40, 40, 10)]
+    flawed = float((torch.cat(rows)[:, 0] == 1).double().mean())
+    assert 0.1 < flawed < 0.6
+    assert scores["by_position"] == pytest.approx([1.0] + [1 - flawed] * (n - 1))
+    assert scores["teacher_forced"]["by_position"] == pytest.approx([1.0, 1 - flawed] + [1.0] * (n - 2))
+    assert scores["teacher_forced"]["exact_match"] == pytest.approx(scores["exact_match"])
+    plain = tasks.evaluate_task(model, "copy", n, alphabet=alphabet, samples=samples, batch_size=40,
+                                generator=torch.Generator().manual_seed(5))
+    assert "teacher_forced" not in plain and plain["by_position"] == scores["by_position"]
+
+
 @pytest.mark.parametrize("randomized", [False, True])
 @pytest.mark.parametrize("position", POSITION_METHODS)
 def test_greedy_answers_with_cache_equal_rerunning_the_whole_sequence(position, randomized):
@@ -315,9 +334,9 @@ def test_positions_are_validated():
 from posenc.studies import STUDIES, length_generalisation as study  # noqa: E402
 
 
-def test_study_is_registered_with_the_four_presets():
+def test_study_is_registered_with_its_presets():
     assert STUDIES["length_generalisation"] is study
-    assert set(study.PRESETS) == {"tiny", "ci", "full", "gpu"}
+    assert set(study.PRESETS) == {"tiny", "ci", "full", "gpu", "teacher-forced"}
     full = study.PRESETS["full"]
     assert len(full["seeds"]) >= 5 and max(full["test_lengths"]) >= 4 * full["train_max"]
     assert {"rope (randomized)", *POSITION_METHODS} <= set(full["methods"])

@@ -75,6 +75,11 @@ PRESETS = {
                 eval_samples=2048, probe_every=2000, probe_samples=256),
 }
 
+# review P3-m9: free-running accuracy at answer index i carries the errors at 1..i-1. The full preset's
+# reverse models, retrained (same seeds, same batches), scored both ways on the same sequences
+PRESETS["teacher-forced"] = dict(PRESETS["full"], methods=["rope", "alibi", "none"],
+                                 tasks=[PRESETS["full"]["tasks"][1]], teacher_forced=True)
+
 LR_CHECK = ("dim 64, 2 layers, one seed, free-running exact match in distribution. Binary copy, N = 20, "
             "3000 steps, RoPE: 0.37 at lr 1e-3, 0.25 at 3e-3 (n = 10). Binary copy, N = 8, 4000 steps, n = 8: "
             "ALiBi 0.65 at 1e-3, 0.61 at 3e-3; NoPE 0.29 at 1e-3, 0.44 at 3e-3. Neither rate is better for "
@@ -124,9 +129,14 @@ def usable(config: dict, method: str, n: int) -> bool:
 
 def score(model: torch.nn.Module, config: dict, method: str, variant: dict, samples: int) -> dict:
     """Free-running scores at every test length, ``{"exact_match": {n: ...}, "token_accuracy": ...,
-    "by_position": ...}`` (``None`` where the method cannot run); the same sequences for every model."""
+    "by_position": ...}`` (``None`` where the method cannot run); the same sequences for every model.
+    With ``config["teacher_forced"]``, also ``"teacher_forced"``: ``{n: accuracy by answer index}`` when
+    each answer token is predicted from the true ones before it."""
     _, randomized = base_method(method)
+    forced = config.get("teacher_forced", False)
     result = {"exact_match": {}, "token_accuracy": {}, "by_position": {}}
+    if forced:
+        result["teacher_forced"] = {}
     for n in config["test_lengths"]:
         scores = None
         if usable(config, method, n):
@@ -135,7 +145,9 @@ def score(model: torch.nn.Module, config: dict, method: str, variant: dict, samp
                 samples=samples, batch_size=config["eval_batch"],
                 max_position=config["max_position"] if randomized else None,
                 generator=torch.Generator().manual_seed(1000 + n),
-                position_generator=torch.Generator().manual_seed(2000 + n))
+                position_generator=torch.Generator().manual_seed(2000 + n), teacher_forced=forced)
+            if forced:
+                scores["teacher_forced"] = scores["teacher_forced"]["by_position"]
         for metric in result:
             result[metric][str(n)] = None if scores is None else scores[metric]
     return result
@@ -190,8 +202,8 @@ def run(config: dict, key: dict, checkpoint_dir: Path | None) -> dict:
             save_checkpoint(model, checkpoint_dir / f"length_generalisation_{method}_{name}_seed{seed}.pt",
                             {"method": method, "seed": seed, "task": name, "config": json.dumps(config)})
         scores = score(model, config, method, variant, config["eval_samples"])
-        for metric in ("exact_match", "token_accuracy", "by_position"):
-            result[metric][name] = scores[metric]
+        for metric in scores:
+            result.setdefault(metric, {})[name] = scores[metric]
     result["seconds"] = time.perf_counter() - start
     return result
 
@@ -289,9 +301,10 @@ def table(record: dict, metric: str, task: str, methods=None) -> dict:
     return out
 
 
-def by_position(record: dict, method: str, task: str, n: int) -> list[float]:
-    """Free-running accuracy at each answer index for inputs of length n, averaged over seeds."""
-    rows = [run["by_position"][task][str(n)] for run in record["runs"] if run["method"] == method]
+def by_position(record: dict, method: str, task: str, n: int, scoring: str = "by_position") -> list[float]:
+    """Free-running accuracy at each answer index for inputs of length n, averaged over seeds; with
+    ``scoring="teacher_forced"``, teacher-forced (a record of the "teacher-forced" preset)."""
+    rows = [run[scoring][task][str(n)] for run in record["runs"] if run["method"] == method]
     rows = [row for row in rows if row is not None]
     if not rows:
         raise ValueError(f"no run of {method!r} has answers of length {n} on {task!r}")
