@@ -509,7 +509,8 @@ def test_the_search_variants_keep_their_initialisation_and_blocks():
     ("t5-lower-rate", "full", {"methods", "lr_grid"}),
     ("hybrid-search", "hybrid", {"methods", "lr_grid"}),
     ("tables-longer", "full", {"methods", "lr_grid", "steps", "warmup", "curriculum_steps"}),
-    ("decay-longer", "mixers", {"methods", "steps", "warmup", "curriculum_steps"})])
+    ("decay-longer", "mixers", {"methods", "steps", "warmup", "curriculum_steps"}),
+    ("kimi-lower-rate", "mixers", {"methods", "lr_grid"})])
 def test_issue_40_search_presets_change_only_what_they_name(preset, base, changed):
     """Each search step is its base preset with the named changes and nothing else, so that its runs read
     beside the base's; a longer schedule keeps the base's proportions (warm-up and curriculum scale with

@@ -114,6 +114,8 @@ PRESETS["hybrid-search"] = dict(PRESETS["hybrid"], lr_grid=[5e-4], methods=[
 _TWICE = dict(steps=6000, warmup=200, curriculum_steps=1000)
 PRESETS["tables-longer"] = dict(PRESETS["full"], **_TWICE, lr_grid=[5e-4], methods=["sinusoidal", "learned"])
 PRESETS["decay-longer"] = dict(PRESETS["mixers"], **_TWICE, methods=["decay + conv + gate"])
+# Kimi Linear's pattern (1 of 5 at 1e-3): its one attention layer has no position, as in the hybrid plans above
+PRESETS["kimi-lower-rate"] = dict(PRESETS["mixers"], lr_grid=[5e-4], methods=["decay 3:1 attention"])
 # review P6-M1: does a width-4 convolution help RoPE and ALiBi as it helps no encoding? The same preset
 PRESETS["conv-controls"] = dict(PRESETS["mixers"], methods=list(MIXER_VARIANTS[4:]))
 PRESETS["mixers-tiny"] = dict(PRESETS["tiny"], layers=2, lr_grid=[1e-3], methods=list(MIXER_METHODS))
