@@ -348,8 +348,7 @@ def test_out_of_distribution_by_seed_keeps_each_seed_apart():
 
 def test_teacher_forced_run_records_both_scorings_and_leaves_free_running_unchanged():
     """Review P3-m9: the "teacher-forced" preset's runs keep the free-running scores a plain run gives
-    (the same model and sequences) and add teacher-forced accuracy by index, which exact match bounds:
-    a row is wholly right under one scoring exactly when it is under the other."""
+    (the same model and sequences) and add teacher-forced accuracy by index, one value per index."""
     from posenc.studies import length_generalisation as lg
     config = dict(lg.PRESETS["tiny"], tasks=[lg.task_variant("reverse", 2, False, 8)])
     key = {"method": "none", "seed": 0}
