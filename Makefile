@@ -69,8 +69,11 @@ colab-all: $(STAMP)
 # also changes torch.randn's float32 draws, and PyTorch has no CPU FlexAttention kernel without vector
 # instructions: posenc.block_sparse takes its dense path here.) Inductor gets its own cache: its FX-graph cache
 # key leaves out ATEN_CPU_CAPABILITY, so a kernel cached by `make test` (AVX2 source) would be recompiled here
-# without the vector flags and fail to build (torch 2.13; compile_apply_rope's test).
-PORTABLE := ATEN_CPU_CAPABILITY=default MKL_CBWR=COMPATIBLE TORCHINDUCTOR_CACHE_DIR=$(CURDIR)/_build/inductor-portable
+# without the vector flags and fail to build (torch 2.13; compile_apply_rope's test). oneDNN is held to AVX2
+# (ONEDNN_MAX_CPU_ISA) so that the CPU it describes is one that exists: on a CPU with AMX, ATen's bf16 SDPA
+# packs its blocks for AMX, a step its kernel without vector instructions lacks (torch 2.13 raises
+# "pack_vnni2 is only supported when avx512 is supported"; CI's failure of 2026-12-01).
+PORTABLE := ATEN_CPU_CAPABILITY=default ONEDNN_MAX_CPU_ISA=AVX2 MKL_CBWR=COMPATIBLE TORCHINDUCTOR_CACHE_DIR=$(CURDIR)/_build/inductor-portable
 test-portable: $(STAMP)
 	@mkdir -p _build
 	@start=$$(date +%s); status=0; $(PORTABLE) $(MAKE) --no-print-directory --keep-going unit notebooks || status=$$?; \
