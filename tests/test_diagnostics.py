@@ -92,6 +92,28 @@ def test_the_tiny_study_scores_every_reading_and_reads_the_gates(tmp_path):
         assert abs(reads - writes) < 0.02 and abs(reads - (1 - p_ignore) / 2) < 0.01
 
 
+def test_remainder_dropped_preset_is_the_full_preset_with_the_released_convention():
+    from posenc.mixers.stick_breaking import StickBreakingAttention
+    from posenc.studies import diagnostics as study
+    from posenc.studies.common import make_model
+    config = study.PRESETS["remainder-dropped"]
+    assert {k: v for k, v in config.items() if k != "methods"} == \
+        {k: v for k, v in study.PRESETS["full"].items() if k != "methods"}
+    assert "stick-breaking" in study.PRESETS["full"]["methods"]  # the convention it is read against
+    torch.manual_seed(0)
+    dropped = make_model("stick-breaking, remainder dropped", config, 32, 65)
+    torch.manual_seed(0)
+    own = make_model("stick-breaking", config, 32, 65)
+    assert [b.attn.remainder for b in dropped.blocks] == ["drop"] * config["layers"]
+    assert all(isinstance(b.attn, StickBreakingAttention) and b.attn.remainder == "own" for b in own.blocks)
+    tokens = torch.randint(0, 32, (2, 16))
+    with torch.no_grad():  # the same weights; only the remainder differs
+        assert not torch.allclose(dropped(tokens), own(tokens))
+        for block in dropped.blocks:
+            block.attn.remainder = "own"
+        torch.testing.assert_close(dropped(tokens), own(tokens))
+
+
 def test_the_readers_count_controls_and_pair_seeds():
     from posenc.studies import diagnostics as study
 

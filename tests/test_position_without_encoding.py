@@ -216,6 +216,30 @@ def test_stick_breaking_matches_the_authors_reference_formulation():
     weights = (log_z + between).exp()
     expected = weights @ v + (1 - weights.sum(-1))[..., None] * v
     torch.testing.assert_close(stick_breaking_attention(q, k, v), expected)
+    # the released 3B model's convention ("sb_remainder": false; flash-linear-attention's layer discards rem)
+    torch.testing.assert_close(stick_breaking_attention(q, k, v, remainder="drop"), weights @ v)
+
+
+def test_stick_breaking_layer_that_drops_the_remainder():
+    torch.manual_seed(0)
+    own = StickBreakingAttention(32, 4)
+    drop = StickBreakingAttention(32, 4, remainder="drop")
+    drop.load_state_dict(own.state_dict())
+    x = torch.randn(2, 9, 32, dtype=torch.float64)
+    own, drop = own.double(), drop.double()
+    q, k, v = own.qkv(x).view(2, 9, 3, 4, 8).permute(2, 0, 3, 1, 4)
+    weights = stick_breaking_weights(q @ k.transpose(-1, -2) / math.sqrt(8))
+    heads = lambda h: own.out(h.transpose(1, 2).reshape(2, 9, 32))  # noqa: E731
+    torch.testing.assert_close(drop(x), heads(weights @ v))
+    torch.testing.assert_close(own(x), heads(weights @ v + (1 - weights.sum(-1, keepdim=True)) * v))
+    torch.testing.assert_close(drop(x)[:, 0], own.out.bias.expand(2, 32))  # nothing before the first token
+    assert "remainder='drop'" in repr(drop) and own.spec == LayerSpec(mixer="stick_breaking")
+    with pytest.raises(ValueError, match="remainder='own' only"):
+        drop.spec
+    with pytest.raises(ValueError, match="remainder must be one of"):
+        StickBreakingAttention(32, 4, remainder="bias")
+    with pytest.raises(ValueError, match="remainder must be one of"):
+        stick_breaking_attention(q, k, v, remainder=None)
 
 
 def test_cope_layer_matches_the_papers_listing():

@@ -10,7 +10,8 @@ most 1; what is left, ``1 - sum_j A_ij``, goes to the query's own value, as in t
 (``stickbreaking_attention/sb_ref.py`` and its test: ``o + rem * v``). The authors' code has two other
 conventions: the remainder dropped (the released 3B model, ``"sb_remainder": false`` in its config, and
 flash-linear-attention's layer), and a learned per-head bias times the remainder followed by a per-head
-GroupNorm (dolomite's later ``SBAttention``); posenc implements only the first. In log space, with
+GroupNorm (dolomite's later ``SBAttention``); posenc implements the first two (``remainder="own"``, the
+default, and ``remainder="drop"``). In log space, with
 ``log(1 - sigmoid(z)) = -softplus(z)``, the product is a sum, which keeps long products from underflowing:
 ``log A_ij = logsigmoid(z_ij) - sum_{j<t<i} softplus(z_it)`` (the paper's numerically stable form).
 """
@@ -40,21 +41,53 @@ def stick_breaking_weights(scores: torch.Tensor) -> torch.Tensor:
     return (log_beta + after_j).exp()
 
 
-def stick_breaking_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    """``q, k, v[batch, heads, seq, head_dim] -> [batch, heads, seq, head_dim]``: ``A @ v`` plus what A
-    leaves, ``1 - sum_j A_ij``, times the query's own value."""
+REMAINDERS = ("own", "drop")
+
+
+def check_remainder(remainder: str) -> str:
+    if remainder not in REMAINDERS:
+        raise ValueError(f"remainder must be one of {REMAINDERS} (the query's own value, as the authors' "
+                         f"reference; dropped, as their released 3B model), got {remainder!r}")
+    return remainder
+
+
+def stick_breaking_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
+                             remainder: str = "own") -> torch.Tensor:
+    """``q, k, v[batch, heads, seq, head_dim] -> [batch, heads, seq, head_dim]``: ``A @ v``, plus what A
+    leaves, ``1 - sum_j A_ij``, times the query's own value (``remainder="own"``) or nothing
+    (``remainder="drop"``: the first token's output is then zero)."""
+    check_remainder(remainder)
     weights = stick_breaking_weights(q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1]))
-    rest = 1 - weights.sum(-1, keepdim=True)
-    return (weights.to(v.dtype) @ v) + rest.to(v.dtype) * v
+    out = weights.to(v.dtype) @ v
+    if remainder == "drop":
+        return out
+    return out + (1 - weights.sum(-1, keepdim=True)).to(v.dtype) * v
 
 
 class StickBreakingAttention(HeadsMixer):
-    """A stick-breaking layer: ``HeadsMixer``'s projections and ``stick_breaking_attention``."""
+    """A stick-breaking layer: ``HeadsMixer``'s projections and ``stick_breaking_attention``, with its
+    ``remainder`` convention (keyword, ``"own"`` or ``"drop"``). A ``LayerSpec`` builds the default;
+    ``spec`` refuses a layer that drops the remainder, which no ``LayerSpec`` describes."""
 
     kind = "stick_breaking"
+
+    def __init__(self, dim: int, n_heads: int, *, gate: bool = False, causal: bool = True,
+                 remainder: str = "own"):
+        super().__init__(dim, n_heads, gate=gate, causal=causal)
+        self.remainder = check_remainder(remainder)
+
+    @property
+    def spec(self):
+        if self.remainder != "own":
+            raise ValueError(f"a LayerSpec describes stick-breaking with remainder='own' only; this layer has "
+                             f"remainder={self.remainder!r}")
+        return super().spec
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, remainder={self.remainder!r}"
 
     def weights(self, q, k, x):
         return stick_breaking_weights(q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1]))
 
     def mix(self, q, k, v, x):
-        return stick_breaking_attention(q, k, v)
+        return stick_breaking_attention(q, k, v, remainder=self.remainder)

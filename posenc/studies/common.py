@@ -35,6 +35,9 @@ def make_model(method: str, config: dict, vocab_size: int, max_len: int, **optio
         if method == "fox, forget bias 4":  # after TransformerLM's init, which zeroes every Linear bias
             for block in model.blocks:
                 torch.nn.init.constant_(block.attn.forget.bias, FOX_FORGET_BIAS)
+        if method == "stick-breaking, remainder dropped":  # no LayerSpec field: set on the built layers
+            for block in model.blocks:
+                block.attn.remainder = "drop"
         return model
     return TransformerLM(vocab_size, config["dim"], config["layers"], config["heads"], position=method,
                          max_len=max_len, **options)
@@ -44,7 +47,8 @@ def make_model(method: str, config: dict, vocab_size: int, max_len: int, **optio
 MIXER_METHODS = ("fox", "stick-breaking", "cope", "decay", "decay 3:1 attention", "none + conv")
 # issue 40's search for recipes under which the layers that never copied learn to: not in any preset's list
 MIXER_VARIANTS = ("fox + conv + gate", "fox, forget bias 4", "stick-breaking + conv", "decay + conv + gate",
-                  "rope + conv", "alibi + conv")  # the last two: the convolution's confound (review P6-M1)
+                  "rope + conv", "alibi + conv",  # these two: the convolution's confound (review P6-M1)
+                  "stick-breaking, remainder dropped")  # the released 3B model's convention (review P6-m1)
 FOX_FORGET_BIAS = 4.0  # f = sigmoid(4) = 0.982 at init: weight halves every 38 tokens, not every token
 
 
@@ -65,6 +69,7 @@ def mixer_plan(method: str, layers: int, train_len: int) -> list[LayerSpec]:
             "fox + conv + gate": LayerSpec(mixer="forgetting", conv=4, gate=True),
             "fox, forget bias 4": LayerSpec(mixer="forgetting"),
             "stick-breaking + conv": LayerSpec(mixer="stick_breaking", conv=4),
+            "stick-breaking, remainder dropped": LayerSpec(mixer="stick_breaking"),
             "decay + conv + gate": LayerSpec(mixer="decay", conv=4, gate=True),
             "rope + conv": LayerSpec("rope", conv=4), "alibi + conv": LayerSpec("alibi", conv=4)}[method]
     return [spec] * layers

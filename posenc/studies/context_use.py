@@ -117,7 +117,7 @@ PRESETS["decay-longer"] = dict(PRESETS["mixers"], **_TWICE, methods=["decay + co
 # Kimi Linear's pattern (1 of 5 at 1e-3): its one attention layer has no position, as in the hybrid plans above
 PRESETS["kimi-lower-rate"] = dict(PRESETS["mixers"], lr_grid=[5e-4], methods=["decay 3:1 attention"])
 # review P6-M1: does a width-4 convolution help RoPE and ALiBi as it helps no encoding? The same preset
-PRESETS["conv-controls"] = dict(PRESETS["mixers"], methods=list(MIXER_VARIANTS[4:]))
+PRESETS["conv-controls"] = dict(PRESETS["mixers"], methods=["rope + conv", "alibi + conv"])
 PRESETS["mixers-tiny"] = dict(PRESETS["tiny"], layers=2, lr_grid=[1e-3], methods=list(MIXER_METHODS))
 PRESETS["hybrid-tiny"] = dict(PRESETS["tiny"], layers=2, lr_grid=[1e-3], distance_edges=[8, 16, 32],
                               methods=[hybrid_method("local RoPE + global NoPE", 8), hybrid_method("local RoPE only", 8)])

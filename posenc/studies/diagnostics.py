@@ -42,6 +42,9 @@ PRESETS = {
     "full": dict(_COMMON, dim=64, layers=2, heads=4, train_len=65, factors=[1, 2, 4], steps=1500, batch=32,
                  warmup=100, seeds=[0, 1, 2, 3, 4], eval_rows=512),
 }
+# review P6-m1: stick-breaking as the authors' released 3B model has it (the remainder dropped, not put on
+# the query's own value), on the full preset's tasks and seeds
+PRESETS["remainder-dropped"] = dict(PRESETS["full"], methods=["stick-breaking, remainder dropped"])
 
 
 def next_run(config: dict, runs: list[dict]) -> dict | None:
