@@ -204,6 +204,25 @@ def test_compare_gives_paired_intervals_and_holm_over_the_family():
     assert not cu.compare(record, tests, level=0.02)["alibi - rope"]["holm"]
 
 
+def test_beyond_l_family_tests_a_method_against_its_truncated_reading_and_its_fade():
+    from posenc.stats import paired_interval
+    record = _reported_record()
+    rows, results = cu.beyond_l_family(record, "rope", only_passing=True)
+    assert list(results) == ["copy - truncated, 2L"]  # one length beyond L: no fade test
+    assert rows["copy"][8][0] == pytest.approx(0.35) and rows["copy, truncated"][8][0] == pytest.approx(0.01)
+    # seeds 0 and 2 (seed 1 fails its control): 0.30 - 0.00 and 0.40 - 0.02
+    assert results["copy - truncated, 2L"]["interval"] == pytest.approx(
+        paired_interval({0: 0.30, 2: 0.40}, {0: 0.0, 2: 0.02}))
+    for run in record["runs"]:  # a third length, 4L = 16: the copy halves there
+        copy = run["retrieval"]["copy"]["8"]["token_accuracy"]
+        run["retrieval"]["copy"]["16"] = {"token_accuracy": copy / 2}
+        run["retrieval"]["copy, truncated"]["16"] = {"token_accuracy": 0.0}
+    record["config"]["factors"] = [1, 2, 4]
+    _, results = cu.beyond_l_family(record, "alibi")
+    assert list(results) == ["copy - truncated, 2L", "copy - truncated, 4L", "copy 2L - copy 4L"]
+    assert results["copy 2L - copy 4L"]["interval"][0] == pytest.approx((0.90 + 0.80 + 0.85) / 6)
+
+
 def test_extension_table_reads_rope_with_each_recipe_beyond_l():
     table = cu.extension_table(_reported_record())
     assert table["rope"][8][0] == pytest.approx(0.40) and table["rope, YaRN"][8][0] == pytest.approx(0.60)
@@ -237,6 +256,14 @@ def test_only_passing_drops_the_runs_that_fail_the_control_and_unpairs_their_see
     tests = {"alibi - rope": (("alibi", at("copy", 8)), ("rope", at("copy", 8)))}
     diff = cu.compare(record, tests, only_passing=True)["alibi - rope"]["interval"][0]
     assert diff == pytest.approx(((0.90 - 0.30) + (0.85 - 0.40)) / 2)  # seed 1 unpaired
+    for run in record["runs"]:
+        run["perplexity"] = {"4": {"perplexity": 10.0 + run["seed"]}}
+    assert cu.perplexity_table(record, ["rope"], [4])["rope"][4][0] == pytest.approx(11.0)
+    assert cu.perplexity_table(record, ["rope"], [4], only_passing=True)["rope"][4][0] == pytest.approx(11.0)
+    assert cu.perplexity_table(record, ["alibi"], [4], only_passing=True)["alibi"][4][0] == pytest.approx(11.0)
+    record["runs"][2]["perplexity"]["4"]["perplexity"] = 30.0  # RoPE's seed 2
+    assert cu.perplexity_table(record, ["rope"], [4], only_passing=True)["rope"][4][0] == pytest.approx(20.0)
+    assert cu.perplexity_table(record, ["rope"], [4])["rope"][4][0] == pytest.approx(17.0)  # seed 1 counted
 
 
 def test_a_row_below_four_passing_seeds_is_labelled_with_its_count():

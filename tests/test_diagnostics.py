@@ -114,6 +114,25 @@ def test_remainder_dropped_preset_is_the_full_preset_with_the_released_conventio
         torch.testing.assert_close(dropped(tokens), own(tokens))
 
 
+def test_loss_gap_is_the_largest_difference_between_logged_losses_seed_by_seed():
+    from posenc.studies import diagnostics as study
+
+    def record(method, losses_by_seed):
+        return {"runs": [{"task": "counting", "method": method, "seed": seed,
+                          "history": [[75 * (i + 1), loss] for i, loss in enumerate(losses)]}
+                         for seed, losses in losses_by_seed.items()]}
+
+    a = record("a", {0: [4.0, 2.5, 2.0], 1: [4.0, 3.0, 1.0], 2: [1.0, 1.0, 1.0]})
+    b = record("b", {0: [4.0, 2.0, 2.1], 1: [4.5, 3.0, 1.0]})  # seed 2 only in a: left out
+    gaps = study.loss_gap(a, "a", b, "b", "counting")
+    assert gaps.keys() == {0, 1}
+    assert gaps[0] == pytest.approx(0.5) and gaps[1] == pytest.approx(0.5)
+    assert study.loss_gap(a, "a", a, "a", "counting") == {0: 0.0, 1: 0.0, 2: 0.0}
+    b["runs"][0]["history"][1][0] = 151
+    with pytest.raises(ValueError, match="seed 0: .* different steps"):
+        study.loss_gap(a, "a", b, "b", "counting")
+
+
 def test_the_readers_count_controls_and_pair_seeds():
     from posenc.studies import diagnostics as study
 

@@ -367,11 +367,12 @@ def paired_retrieval(record: dict, method_a: str, method_b: str, length: int, pa
 TRUNCATED = ", truncated"
 
 
-def perplexity_table(record: dict, rows, lengths) -> dict:
+def perplexity_table(record: dict, rows, lengths, only_passing: bool = False) -> dict:
     """``{row: {length: (mean, low, high) or None}}``: the 95% t-interval over seeds of each row's
     perplexity, a row being a method or ``"<method>, truncated"`` (the same model reading at most L
-    tokens at once; at L, the model itself); ``None`` where no run has it (learned beyond L)."""
-    L, runs, out = record["config"]["train_len"], seed_runs(record), {}
+    tokens at once; at L, the model itself); ``None`` where no run has it (learned beyond L). Runs as
+    in ``seed_runs(record, only_passing)``."""
+    L, runs, out = record["config"]["train_len"], seed_runs(record, only_passing), {}
     for row in rows:
         method = row[: -len(TRUNCATED)] if row.endswith(TRUNCATED) else row
         part = "truncated" if row.endswith(TRUNCATED) else "perplexity"
@@ -450,6 +451,25 @@ def compare(record: dict, tests: dict, level: float = 0.05, only_passing: bool =
     return paired_family({label: (over_seeds(record, *path_a, method=method_a, runs=runs),
                                   over_seeds(record, *path_b, method=method_b, runs=runs))
                           for label, ((method_a, path_a), (method_b, path_b)) in tests.items()}, level)
+
+
+def beyond_l_family(record: dict, method: str, only_passing: bool = False) -> tuple[dict, dict]:
+    """``method`` read as a family of its own (chapter 16): ``(rows, results)``. ``rows`` is
+    ``{"copy": ..., "copy, truncated": ...}``, its rows of ``retrieval_table``; ``results`` is ``compare``
+    over its copy against its truncated reading at every length beyond L (does it read beyond L?) and,
+    with two lengths or more beyond L, its copy at the first against the last (does it fade?), Holm's
+    correction over them all. ``only_passing``: the seeds whose run passes its control, as in ``compare``."""
+    config = record["config"]
+    lengths = [f * config["train_len"] for f in config["factors"][1:]]
+    rows = {part: retrieval_table(record, part, only_passing=only_passing)[method]
+            for part in ("copy", "copy, truncated")}
+    L, at = config["train_len"], retrieval_path
+    tests = {f"copy - truncated, {n // L}L": ((method, at("copy", n)), (method, at("copy, truncated", n)))
+             for n in lengths}
+    if len(lengths) > 1:
+        first, last = lengths[0], lengths[-1]
+        tests[f"copy {first // L}L - copy {last // L}L"] = ((method, at("copy", first)), (method, at("copy", last)))
+    return rows, compare(record, tests, only_passing=only_passing)
 
 
 def throughput(record: dict, min_load: float = 0.0, max_load: float = float("inf")) -> str:

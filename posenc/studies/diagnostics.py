@@ -137,6 +137,21 @@ def _per_seed(record: dict, task: str, method: str, reading: str) -> dict:
     return over_seeds(record, "scores", reading, method=method, runs=task_runs(record, task))
 
 
+def loss_gap(record: dict, method: str, other: dict, other_method: str, task: str) -> dict:
+    """``{seed: largest |difference|}`` between the training losses logged for ``method`` in ``record``
+    and ``other_method`` in ``other`` on ``task``, seed by seed (the seeds of both; the same batches):
+    how far apart two variants trained. Near 0 means the change they differ by hardly acted."""
+    def histories(r: dict, m: str) -> dict:
+        return {run["seed"]: run["history"] for run in task_runs(r, task) if run["method"] == m}
+    mine, theirs = histories(record, method), histories(other, other_method)
+    out = {}
+    for seed in sorted(mine.keys() & theirs.keys()):
+        if [step for step, _ in mine[seed]] != [step for step, _ in theirs[seed]]:
+            raise ValueError(f"seed {seed}: the two runs logged their losses at different steps")
+        out[seed] = max(abs(a - b) for (_, a), (_, b) in zip(mine[seed], theirs[seed]))
+    return out
+
+
 def controls(record: dict, threshold: float = CONTROL_THRESHOLD) -> dict:
     """``{task: {method: {"passed", "seeds", "accuracy": [per seed]}}}``: the positive control of every
     task, accuracy at the training length (and, for flip-flop, the training mix) at least ``threshold``."""
