@@ -37,6 +37,18 @@ def test_sinusoidal_right_and_wrong():
         with pytest.raises(ex.ExerciseFailed, match=message):
             ex.check_sinusoidal(wrong)
 
+    def right_except_at_width_2(n, d):  # review P1-n4: diagnosed, not posenc's ValueError for d = 2
+        return sinusoidal(n, d) + (1.0 if d == 2 else 0.0)
+    with pytest.raises(ex.ExerciseFailed, match=r"sinusoidal table \(7 x 2\)"):
+        ex.check_sinusoidal(right_except_at_width_2)
+    # tensor2tensor's spacing, dim/2 - 1 in the exponent, is still named where it exists
+    def t2t(n, d):
+        w = 10000.0 ** -(torch.arange(d // 2, dtype=torch.float64) / (d // 2 - 1))
+        angles = torch.arange(n, dtype=torch.float64)[:, None] * w
+        return torch.stack([angles.sin(), angles.cos()], dim=-1).reshape(n, d)
+    with pytest.raises(ex.ExerciseFailed, match="tensor2tensor"):
+        ex.check_sinusoidal(t2t)
+
 
 def test_rope_frequencies_right_and_wrong():
     assert ex.check_rope_frequencies(lambda d, base: base ** (-torch.arange(0, d, 2) / d))

@@ -1,4 +1,4 @@
-"""posenc's modules import each other one way: no cycle (DESIGN.md, layout; issue 41)."""
+"""posenc's modules import each other one way: no cycle (issue 41)."""
 
 from __future__ import annotations
 

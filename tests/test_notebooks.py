@@ -1,4 +1,4 @@
-"""Notebook conventions (DESIGN.md): the toc and the notebooks agree, and every notebook is committed
+"""Notebook conventions: the toc and the notebooks agree, and every notebook is committed
 executed, in order, with outputs and no errors, its first code cell the tagged setup cell."""
 
 import json

@@ -86,7 +86,7 @@ LR_CHECK = ("dim 64, 2 layers, one seed, free-running exact match in distributio
             "every method.")
 
 # Kazemnejad et al. (2023), Figure 1: mean reciprocal rank over their 10 tasks (higher is better),
-# verified in ../shared/reference/published-results.md. Their APE is sinusoidal.
+# as the paper reports them. Their APE is sinusoidal.
 KAZEMNEJAD_MRR = {"none": 0.69, "t5": 0.55, "alibi": 0.50, "rope": 0.33, "sinusoidal": 0.22}
 KAZEMNEJAD_SETUP = ("decoder-only, about 107M parameters (12 layers, d = 768), 40K steps at lr 3e-5, batch 64, "
                     "train lengths U(1, 20), test lengths U(1, 40), 10 tasks x 3 seeds, exact match, greedy "
