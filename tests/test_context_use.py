@@ -223,6 +223,17 @@ def test_beyond_l_family_tests_a_method_against_its_truncated_reading_and_its_fa
     assert results["copy 2L - copy 4L"]["interval"][0] == pytest.approx((0.90 + 0.80 + 0.85) / 6)
 
 
+def test_retrieval_family_is_chapter_10s_eighteen_tests():
+    config = dict(cu.PRESETS["tiny"], train_len=128, factors=[1, 2, 4, 8, 16])
+    family = cu.retrieval_family({"config": config}, ["none", "rope", "alibi"])
+    assert len(family) == 3 * 4 + 3 * 2
+    assert family["rope - truncated, 2048"] == (("rope", ("retrieval", "copy", "2048", "token_accuracy")),
+                                                ("rope", ("retrieval", "copy, truncated", "2048", "token_accuracy")))
+    assert family["none - alibi, 512"] == (("none", ("retrieval", "copy", "512", "token_accuracy")),
+                                           ("alibi", ("retrieval", "copy", "512", "token_accuracy")))
+    assert "none - rope, 1024" not in family
+
+
 def test_extension_table_reads_rope_with_each_recipe_beyond_l():
     table = cu.extension_table(_reported_record())
     assert table["rope"][8][0] == pytest.approx(0.40) and table["rope, YaRN"][8][0] == pytest.approx(0.60)

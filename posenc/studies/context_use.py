@@ -453,6 +453,22 @@ def compare(record: dict, tests: dict, level: float = 0.05, only_passing: bool =
                           for label, ((method_a, path_a), (method_b, path_b)) in tests.items()}, level)
 
 
+RETRIEVAL_PAIRS = (("none", "rope"), ("alibi", "rope"), ("none", "alibi"))
+
+
+def retrieval_family(record: dict, methods) -> dict:
+    """Chapter 10's family of paired copy comparisons, for ``compare``: each of ``methods`` against its
+    truncated reading at every length beyond L, and each pair of ``RETRIEVAL_PAIRS`` at 2L and 4L.
+    Chapter 20 tests the same family, so that Holm's correction runs over the same tests."""
+    config = record["config"]
+    lengths = [f * config["train_len"] for f in config["factors"][1:]]
+    family = {f"{m} - truncated, {n}": ((m, retrieval_path("copy", n)), (m, retrieval_path("copy, truncated", n)))
+              for m in methods for n in lengths}
+    family.update({f"{a} - {b}, {n}": ((a, retrieval_path("copy", n)), (b, retrieval_path("copy", n)))
+                   for a, b in RETRIEVAL_PAIRS for n in lengths[:2]})
+    return family
+
+
 def beyond_l_family(record: dict, method: str, only_passing: bool = False) -> tuple[dict, dict]:
     """``method`` read as a family of its own (chapter 16): ``(rows, results)``. ``rows`` is
     ``{"copy": ..., "copy, truncated": ...}``, its rows of ``retrieval_table``; ``results`` is ``compare``
