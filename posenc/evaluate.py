@@ -376,8 +376,8 @@ def long_short_difference(losses: torch.Tensor, truncated: torch.Tensor, *, thre
     Returns:
         A dict: ``"mean"``, the mean LSD over those tokens; ``"key_fraction"``, the fraction with LSD
         above ``threshold`` (the paper's key tokens by its first condition; LongPPL also requires the
-        full-context log-likelihood above a second threshold, not applied here); ``"key_loss"``, the mean full-context loss on the
-        key tokens (None when there are none); ``"tokens"``, how many tokens were counted.
+        full-context log-likelihood above a second threshold, not applied here); ``"key_loss"``, the mean
+        full-context loss on the key tokens (None when there are none); ``"tokens"``, how many tokens were counted.
     """
     check_tensor("losses", losses, min_dim=2)
     if losses.shape != truncated.shape:
